@@ -1,0 +1,90 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Attribute keys that brickscope puts on spans, resources and metrics.
+
+Every key brickscope writes is a constant here; ``docs/semantic-conventions.md``
+is the table of name, type, unit and meaning. OpenTelemetry semantic-convention
+names are reused where one exists (``thread.id``, ``exception.*``); the rest live
+under ``brickscope.``. Times are integers in nanoseconds since the Unix epoch,
+durations are integers in nanoseconds: the key says so with ``_ns``.
+
+Example::
+
+    from brickscope.trace import attributes as A
+    gpu_ns = span.attributes.get(A.GPU_DURATION_NS)
+"""
+
+# --- what kind of scope a span is ------------------------------------------------
+
+#: str: ``"step"``, ``"layer"``, ``"brick"`` or ``"kernel"``. On every brickscope span.
+SCOPE_KIND = "brickscope.scope.kind"
+SCOPE_KIND_STEP = "step"
+SCOPE_KIND_LAYER = "layer"
+SCOPE_KIND_BRICK = "brick"
+SCOPE_KIND_KERNEL = "kernel"
+
+#: str: the brick's name (also the span name). On brick and kernel spans (a
+#: kernel carries the name of the brick that encloses it, if any).
+BRICK_NAME = "brickscope.brick.name"
+#: str: the brick's category (norm, attention, ffn, ...). On brick and kernel spans.
+BRICK_CATEGORY = "brickscope.brick.category"
+#: int: elements the brick processed (tokens, rows...), for throughput. Brick spans, when > 0.
+BRICK_ELEMENTS = "brickscope.brick.elements"
+#: int: the layer index. On layer spans, and on every scope nested in a layer.
+LAYER_INDEX = "brickscope.layer.index"
+#: int: the step number. On step spans, and on every scope nested in a step.
+STEP_NUMBER = "brickscope.step.number"
+
+# --- kernel launch configuration ---------------------------------------------------
+
+#: str: the kernel's name (also the span name). On kernel spans.
+KERNEL_NAME = "brickscope.kernel.name"
+#: int[3]: grid dimensions (x, y, z). On kernel spans, when given.
+KERNEL_GRID = "brickscope.kernel.grid"
+#: int[3]: block dimensions (x, y, z). On kernel spans, when given.
+KERNEL_BLOCK = "brickscope.kernel.block"
+#: int: dynamic shared memory per block, bytes. On kernel spans, when given.
+KERNEL_SHARED_MEM_BYTES = "brickscope.kernel.shared_mem_bytes"
+
+# --- clocks and timing -----------------------------------------------------------
+
+#: str: the clock that timed the span's own start and end: ``"host"`` or ``"cuda"``.
+CLOCK = "brickscope.clock"
+CLOCK_HOST = "host"
+CLOCK_CUDA = "cuda"
+
+#: int: host-clock start of the scope, ns since the Unix epoch. On every span.
+#: For host-timed spans it equals the span's start time; for GPU-timed spans the
+#: span's start is the GPU start and this keeps the host (launch-side) interval.
+HOST_START_NS = "brickscope.host.start_ns"
+#: int: host-clock duration of the scope, ns. On every span.
+HOST_DURATION_NS = "brickscope.host.duration_ns"
+
+#: int: measured GPU duration, ns (CUDA event elapsed time, 0.5 us resolution).
+#: On GPU-timed spans; equals ``end_time - start_time`` of such a span.
+GPU_DURATION_NS = "brickscope.gpu.duration_ns"
+#: int: CUDA device ordinal the scope's stream belongs to. On GPU-timed spans.
+GPU_DEVICE_ID = "brickscope.gpu.device.id"
+#: int: the CUDA stream handle the scope was timed on (0 = legacy default stream).
+GPU_STREAM_ID = "brickscope.gpu.stream.id"
+#: str: why GPU timing was wanted but is missing on this span (a CUDA error name,
+#: ``"no_driver"``...). The span is then host-timed (``brickscope.clock = "host"``).
+GPU_TIMING_ERROR = "brickscope.gpu.timing_error"
+
+# --- host execution context (OpenTelemetry general semantic conventions) -----------
+
+#: int: the host thread that ran the scope (``threading.get_ident()``).
+THREAD_ID = "thread.id"
+#: str: that thread's name.
+THREAD_NAME = "thread.name"
+
+# --- resource ----------------------------------------------------------------------
+
+#: str[]: names of the CUDA devices brickscope timed on. Resource attribute.
+GPU_DEVICE_NAMES = "brickscope.gpu.device.names"
+
+# --- metrics (instrument names and their attributes) --------------------------------
+
+#: Histogram, seconds: self time of each brick, by brick and category.
+METRIC_BRICK_DURATION = "brickscope.brick.duration"
+#: Counter, {element}: elements processed, by brick and category.
+METRIC_BRICK_ELEMENTS = "brickscope.brick.elements"
