@@ -1,0 +1,32 @@
+# Two commands on a fresh machine with Python 3 and a C compiler:
+#   make demo   virtual environment + install + examples/quickstart.py end to end
+#   make test   virtual environment + test dependencies + the whole suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Every exporter distribution is installed alongside the core (editable, like a uv workspace).
+EXPORTERS := $(patsubst %/pyproject.toml,%,$(wildcard exporters/*/pyproject.toml))
+EDITABLE  := $(foreach d,$(EXPORTERS),-e ./$(d))
+PIP := $(BIN)/python -m pip install --disable-pip-version-check --quiet
+
+.PHONY: demo test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.demo: $(BIN)/python pyproject.toml $(wildcard exporters/*/pyproject.toml)
+	$(PIP) -e '.[cuda,demo]' $(EDITABLE)
+	touch $@
+
+$(VENV)/.test: $(VENV)/.demo
+	$(PIP) -e '.[cuda,demo,test]' $(EDITABLE)
+	touch $@
+
+demo: $(VENV)/.demo
+	$(BIN)/python examples/quickstart.py --out out
+
+test: $(VENV)/.test
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) out .pytest_cache
