@@ -29,6 +29,10 @@ BRICK_NAME = "brickscope.brick.name"
 BRICK_CATEGORY = "brickscope.brick.category"
 #: int: elements the brick processed (tokens, rows...), for throughput. Brick spans, when > 0.
 BRICK_ELEMENTS = "brickscope.brick.elements"
+#: int: the brick's self time, ns: its duration (on its clock) minus the durations of
+#: bricks nested inside it, however deep and through whatever spans, clamped at 0.
+#: On brick spans. This is what CategoryAggregator sums, so nothing is counted twice.
+BRICK_SELF_DURATION_NS = "brickscope.brick.self_duration_ns"
 #: int: the layer index. On layer spans, and on every scope nested in a layer.
 LAYER_INDEX = "brickscope.layer.index"
 #: int: the step number. On step spans, and on every scope nested in a step.

@@ -1,0 +1,294 @@
+# SPDX-License-Identifier: Apache-2.0
+"""configure(): install brickscope's processors on a TracerProvider and switch scopes on.
+
+Example::
+
+    import brickscope as bs
+    session = bs.configure()              # the global provider, deferred sync, auto clock
+    ...
+    print(session.report())
+    session.shutdown()
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import weakref
+from typing import Any
+
+from opentelemetry import metrics as otel_metrics
+from opentelemetry import trace as otel_trace
+from opentelemetry.sdk.trace import TracerProvider
+
+from brickscope import _record, _state
+from brickscope import environment_variables as env
+from brickscope.trace._aggregation import CategoryAggregator
+from brickscope.trace._sync import SYNC_MODES, GpuSyncSpanProcessor
+
+logger = logging.getLogger(__name__)
+
+CLOCKS = ("auto", "cuda", "host")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+class Session:
+    """What :func:`configure` installed: inspect it, report from it, shut it down.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(
+        self,
+        tracer_provider: TracerProvider,
+        sync_processor: GpuSyncSpanProcessor,
+        aggregator: CategoryAggregator | None,
+        owns_provider: bool,
+        clock_fallback_reason: str | None,
+    ) -> None:
+        self.tracer_provider = tracer_provider
+        self.sync_processor = sync_processor
+        self.aggregator = aggregator
+        #: Why GPU timing is off although ``clock="auto"`` asked for it, or None.
+        self.clock_fallback_reason = clock_fallback_reason
+        self._owns_provider = owns_provider
+        self._closed = False
+
+    @property
+    def clock(self) -> str:
+        """``"cuda"`` or ``"host"``: the clock scopes are timed with."""
+        return self.sync_processor.clock
+
+    @property
+    def sync_mode(self) -> str:
+        return self.sync_processor.sync_mode
+
+    def sync(self, timeout_millis: float | None = None) -> bool:
+        """Resolve and emit every pending scope; True when nothing is left."""
+        return self.sync_processor.sync(block=True, timeout_millis=timeout_millis)
+
+    def report(self, format: str = "text") -> str:  # noqa: A002
+        """The category report (``"text"``, ``"markdown"`` or ``"json"``), after a sync."""
+        if self.aggregator is None:
+            raise RuntimeError("brickscope: this session was configured with aggregate=False")
+        self.sync()
+        return self.aggregator.report(format)
+
+    def stats(self) -> dict[str, int]:
+        """Counters: spans emitted, syncs, forced syncs, GPU timing errors, processor errors..."""
+        return self.sync_processor.stats()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Emit everything pending, then flush the provider's exporters."""
+        return self.sync_processor.force_flush(timeout_millis) and self.tracer_provider.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: int = 30000) -> None:
+        """Emit everything pending, remove brickscope's processors, turn scopes off.
+
+        Shuts the provider down too when configure() created it. Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if _state.configured is self.sync_processor:
+            _state.configured = _state.recorder = None
+        self.sync_processor.shutdown(timeout_millis)
+        _remove_processors(self.tracer_provider, (self.sync_processor, self.aggregator))
+        if self._owns_provider:
+            self.tracer_provider.shutdown()
+        else:
+            self.tracer_provider.force_flush(timeout_millis)
+
+
+_session: Session | None = None
+
+
+def configure(
+    tracer_provider: TracerProvider | None = None,
+    *,
+    sync_mode: str | None = None,
+    clock: str | None = None,
+    enabled: bool | None = None,
+    max_pending: int | None = None,
+    max_delay_millis: float = 1000.0,
+    propagate_context: bool = True,
+    time_kernels: bool = False,
+    aggregate: bool = True,
+    meter_provider: otel_metrics.MeterProvider | None = None,
+) -> Session:
+    """Install brickscope on ``tracer_provider`` (default: the global one) and turn scopes on.
+
+    The GpuSyncSpanProcessor goes in front of the provider's existing processors
+    (so flush and shutdown resolve scopes before exporters flush); the
+    CategoryAggregator goes after them. Arguments left None come from the
+    ``BRICKSCOPE_*`` environment variables, then the defaults. Configuring again
+    replaces the previous session.
+
+    Args:
+        tracer_provider: an SDK TracerProvider. None: the global provider, or a new
+            one (registered globally) if the global one is not an SDK provider.
+        sync_mode: ``"deferred"``, ``"per_layer"``, ``"immediate"`` or ``"none"``.
+        clock: ``"auto"``, ``"cuda"`` or ``"host"``.
+        enabled: False records nothing until :func:`enable`.
+        max_pending: ended scopes held before a forced sync.
+        max_delay_millis: deferred mode resolves complete scopes this often.
+        propagate_context: open steps, layers and bricks become the current OTel span.
+        time_kernels: also GPU-time kernel scopes.
+        aggregate: install a CategoryAggregator (and its metrics).
+        meter_provider: for the aggregator's metrics; default: the global one.
+
+    Raises:
+        ValueError: an unknown sync mode or clock, a bad bound, or ``clock="cuda"``
+            without a usable CUDA driver and device. The message names the
+            environment variable when the value came from one.
+        TypeError: ``tracer_provider`` is not an SDK TracerProvider.
+
+    .. versionadded:: 0.1.0
+    """
+    global _session
+    sync_mode = _choice("sync mode", sync_mode, env.BRICKSCOPE_SYNC_MODE, "deferred", SYNC_MODES)
+    clock = _choice("clock", clock, env.BRICKSCOPE_CLOCK, "auto", CLOCKS)
+    if enabled is None:
+        enabled = not _env_flag(env.BRICKSCOPE_DISABLE)
+    if max_pending is None:
+        raw = os.environ.get(env.BRICKSCOPE_MAX_PENDING, "16384")
+        try:
+            max_pending = int(raw)
+        except ValueError:
+            raise ValueError(f"brickscope: {env.BRICKSCOPE_MAX_PENDING}={raw!r} is not an int") from None
+    owns_provider = False
+    if tracer_provider is None:
+        tracer_provider = otel_trace.get_tracer_provider()
+        if not isinstance(tracer_provider, TracerProvider):
+            tracer_provider = TracerProvider()
+            otel_trace.set_tracer_provider(tracer_provider)
+            owns_provider = otel_trace.get_tracer_provider() is tracer_provider
+    elif not isinstance(tracer_provider, TracerProvider):
+        raise TypeError(
+            "brickscope: tracer_provider must be an opentelemetry.sdk.trace.TracerProvider, "
+            f"got {type(tracer_provider).__name__}"
+        )
+
+    timer, fallback_reason = (None, None) if sync_mode == "none" else _make_timer(clock)
+    sync_processor = GpuSyncSpanProcessor(
+        tracer_provider,
+        sync_mode=sync_mode,
+        timer=timer,
+        max_pending=max_pending,
+        max_delay_millis=max_delay_millis,
+        propagate_context=propagate_context,
+        time_kernels=time_kernels,
+    )
+    aggregator = CategoryAggregator(meter_provider) if aggregate else None
+
+    if _session is not None:
+        _session.shutdown()
+    _install_first(tracer_provider, sync_processor)
+    if aggregator is not None:
+        tracer_provider.add_span_processor(aggregator)
+    _session = Session(tracer_provider, sync_processor, aggregator, owns_provider, fallback_reason)
+    _state.configured = sync_processor
+    _state.recorder = sync_processor if enabled else None
+    _register_exit_and_fork(_session)
+    return _session
+
+
+def enable() -> None:
+    """Scopes record again (into the configured session). No-op before configure()."""
+    _state.recorder = _state.configured
+
+
+def disable() -> None:
+    """Scopes cost about as much as an empty ``with`` block until :func:`enable`."""
+    _state.recorder = None
+
+
+def shutdown(timeout_millis: int = 30000) -> None:
+    """Shut the current session down (see :meth:`Session.shutdown`). Idempotent."""
+    global _session
+    if _session is not None:
+        _session.shutdown(timeout_millis)
+        _session = None
+
+
+def current_session() -> Session | None:
+    """The session configure() returned last, if it is still open."""
+    return _session
+
+
+def _make_timer(clock: str) -> tuple[Any, str | None]:
+    """A CudaTimer for ``cuda``/``auto``, or (None, why not)."""
+    if clock == "host":
+        return None, None
+    try:
+        from brickscope._gpu import CudaTimer, CudaUnavailable
+    except ImportError as exc:  # the GPU layer itself is missing: treat as no CUDA
+        reason = f"brickscope's GPU layer is unavailable: {exc}"
+        if clock == "cuda":
+            raise ValueError(f"brickscope: clock='cuda' requested but {reason}") from exc
+        logger.warning("brickscope: timing on the host clock: %s", reason)
+        return None, reason
+    try:
+        return CudaTimer(), None
+    except CudaUnavailable as exc:
+        if clock == "cuda":
+            raise ValueError(f"brickscope: clock='cuda' requested but CUDA is unusable: {exc.reason}") from exc
+        logger.warning("brickscope: no usable CUDA driver/device (%s); timing on the host clock", exc.reason)
+        return None, exc.reason
+
+
+def _install_first(provider: TracerProvider, processor: GpuSyncSpanProcessor) -> None:
+    """Put ``processor`` in front of the provider's processors (the SDK only appends)."""
+    multi = provider._active_span_processor  # noqa: SLF001 - no public way to order processors
+    with multi._lock:  # noqa: SLF001
+        multi._span_processors = (processor,) + multi._span_processors  # noqa: SLF001
+
+
+def _remove_processors(provider: TracerProvider, processors: tuple) -> None:
+    multi = provider._active_span_processor  # noqa: SLF001
+    with multi._lock:  # noqa: SLF001
+        multi._span_processors = tuple(p for p in multi._span_processors if p not in processors)  # noqa: SLF001
+
+
+def _register_exit_and_fork(session: Session) -> None:
+    """Flush at interpreter exit; drop inherited pending scopes in a forked child."""
+    ref = weakref.ref(session)
+
+    def at_exit() -> None:
+        live = ref()
+        if live is not None and not live._closed:  # noqa: SLF001
+            live.sync_processor.force_flush(5000)
+            if live.tracer_provider._atexit_handler is None:  # noqa: SLF001 - provider will not flush itself
+                live.tracer_provider.force_flush(5000)
+
+    def after_fork_in_child() -> None:
+        live = ref()
+        if live is not None:
+            live.sync_processor._forget_after_fork()  # noqa: SLF001
+        _record.TOP.set(None)
+
+    atexit.register(at_exit)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=after_fork_in_child)
+
+
+def _choice(what: str, value: str | None, variable: str, default: str, allowed: tuple[str, ...]) -> str:
+    """``value``, else the environment variable, else ``default``; checked against ``allowed``."""
+    source = ""
+    if value is None:
+        value = os.environ.get(variable, "").strip().lower() or default
+        source = f" (from {variable})" if variable in os.environ else ""
+    if value not in allowed:
+        raise ValueError(f"brickscope: unknown {what} {value!r}{source}; expected one of {allowed}")
+    return value
+
+
+def _env_flag(variable: str) -> bool:
+    raw = os.environ.get(variable, "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ValueError(f"brickscope: {variable}={raw!r} is not a boolean (use 1/0, true/false)")

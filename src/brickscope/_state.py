@@ -1,0 +1,18 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The one piece of global state: the active recorder (None when brickscope is off).
+
+Scopes read ``_state.recorder`` first thing on enter; None means "do nothing",
+which is what a disabled or not-yet-configured brickscope costs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from brickscope.trace._sync import GpuSyncSpanProcessor
+
+#: The GpuSyncSpanProcessor scopes record into; None when disabled or unconfigured.
+recorder: GpuSyncSpanProcessor | None = None
+#: The configured recorder, kept while disabled so enable() can restore it.
+configured: GpuSyncSpanProcessor | None = None

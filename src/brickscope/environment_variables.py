@@ -1,0 +1,18 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Environment variables brickscope reads. Each fills a ``configure()`` argument left unset.
+
+The standard ``OTEL_*`` variables are read by the OpenTelemetry SDK itself.
+"""
+
+#: "1"/"true" turns every scope into a no-op (``configure(enabled=False)``).
+BRICKSCOPE_DISABLE = "BRICKSCOPE_DISABLE"
+
+#: Sync policy: ``deferred`` (default), ``per_layer``, ``immediate`` or ``none``.
+BRICKSCOPE_SYNC_MODE = "BRICKSCOPE_SYNC_MODE"
+
+#: Clock: ``auto`` (default: CUDA events if a driver and device are there, else host),
+#: ``cuda`` (fail at configure time without them) or ``host``.
+BRICKSCOPE_CLOCK = "BRICKSCOPE_CLOCK"
+
+#: Ended scopes kept before a forced sync (default 16384).
+BRICKSCOPE_MAX_PENDING = "BRICKSCOPE_MAX_PENDING"

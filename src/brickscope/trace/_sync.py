@@ -1,0 +1,513 @@
+# SPDX-License-Identifier: Apache-2.0
+"""GpuSyncSpanProcessor: records scopes cheaply, resolves their timing at sync points,
+and emits them as ordinary ended spans through the TracerProvider's processors.
+
+The OTel SDK freezes a span before any processor can add to it
+(opentelemetry-python#5614), and an SDK span costs 7-11 us to create. So scopes
+leave a compact :class:`~brickscope._record.Record` on the hot path; at a sync
+point this processor resolves the timing (GPU events or the host clock) and
+builds ``ReadableSpan`` objects directly (about 0.5 us each), with their real
+parent ids and the provider's resource, then hands each one to every processor
+of the provider, exactly as the SDK does when a span ends.
+
+Example::
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    session = brickscope.configure(provider)       # installs GpuSyncSpanProcessor first
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections import deque
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace as otel_trace
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.sampling import Decision, ParentBased, StaticSampler
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from brickscope import _record
+from brickscope._clock import EPOCH_OFFSET_NS, perf_counter_ns
+from brickscope._record import KIND_BRICK, KIND_KERNEL, KIND_LAYER, KIND_NAMES, KIND_STEP, Record
+from brickscope.trace import attributes as A
+from brickscope.version import __version__
+
+logger = logging.getLogger(__name__)
+
+#: Sync policies: when pending records are resolved into spans.
+SYNC_MODES = ("immediate", "per_layer", "deferred", "none")
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_INSTRUMENTATION_SCOPE = InstrumentationScope("brickscope", __version__)
+_get_current_context = otel_context.get_current
+_get_current_span = otel_trace.get_current_span
+
+
+class GpuSyncSpanProcessor(SpanProcessor):
+    """Turns brickscope scopes into spans at sync points, with GPU or host timing.
+
+    Install it first on the provider (``brickscope.configure`` does), so that the
+    provider's ``force_flush`` and ``shutdown`` reach it before the exporters'.
+    Its own ``on_start``/``on_end`` ignore other spans. Scope enter/exit run on
+    the instrumented thread and never block (except ``immediate``/``per_layer``,
+    whose whole point is to); resolution runs on whichever thread reaches a sync
+    point, under a lock.
+
+    Args:
+        tracer_provider: the SDK provider whose resource, id generator, sampler
+            and processors the emitted spans go through.
+        sync_mode: ``"deferred"`` (resolve at ``sync()``, step end, flush: the
+            default), ``"per_layer"``, ``"immediate"`` or ``"none"`` (host timing only).
+        timer: a GPU timer (``brickscope._gpu.CudaTimer``) or None for the host clock.
+        max_pending: ended records kept before a forced sync (overflow policy:
+            force a blocking sync and count it; nothing is dropped).
+        max_delay_millis: in deferred mode, resolve already-complete records
+            without blocking once the oldest pending one is this old.
+        propagate_context: make each open step, layer and brick the current OTel
+            span, so spans user code starts inside it get it as their parent.
+        time_kernels: GPU-time kernel scopes too (two more events per kernel).
+
+    Raises:
+        ValueError: unknown ``sync_mode`` or a non-positive bound.
+        TypeError: ``tracer_provider`` is not an SDK ``TracerProvider``.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(
+        self,
+        tracer_provider: TracerProvider,
+        *,
+        sync_mode: str = "deferred",
+        timer: Any = None,
+        max_pending: int = 16384,
+        max_delay_millis: float = 1000.0,
+        propagate_context: bool = True,
+        time_kernels: bool = False,
+    ) -> None:
+        if not isinstance(tracer_provider, TracerProvider):
+            raise TypeError(
+                "brickscope: tracer_provider must be an opentelemetry.sdk.trace.TracerProvider, "
+                f"got {type(tracer_provider).__name__}"
+            )
+        if sync_mode not in SYNC_MODES:
+            raise ValueError(f"brickscope: unknown sync_mode {sync_mode!r}; expected one of {SYNC_MODES}")
+        if not isinstance(max_pending, int) or max_pending < 1:
+            raise ValueError(f"brickscope: max_pending must be a positive int, got {max_pending!r}")
+        if not max_delay_millis > 0:
+            raise ValueError(f"brickscope: max_delay_millis must be > 0, got {max_delay_millis!r}")
+        self.sync_mode = sync_mode
+        self.timer = None if sync_mode == "none" else timer
+        self.clock = A.CLOCK_CUDA if self.timer is not None else A.CLOCK_HOST
+        self.max_pending = max_pending
+        self.propagate_context = propagate_context
+        self.time_kernels = time_kernels
+        self._provider = tracer_provider
+        self._resource = tracer_provider.resource
+        self._id_generator = tracer_provider.id_generator
+        self._root_sampled = _static_root_decision(tracer_provider.sampler)
+        self._max_delay_ns = int(max_delay_millis * 1e6)
+        self._next_poll_ns = 0
+        self._pending: deque[Record] = deque()
+        self._lock = threading.RLock()
+        self._thread_names: dict[int, str] = {}
+        self._shutdown = False
+        self._warned: set[str] = set()
+        self._counts = dict.fromkeys(
+            (
+                "scopes_unsampled",
+                "spans_emitted",
+                "syncs",
+                "forced_syncs",
+                "polls",
+                "gpu_timing_errors",
+                "processor_errors",
+                "scope_errors",
+                "misuse",
+                "self_time_clamped",
+            ),
+            0,
+        )
+        # Bound methods resolved once: the hot path calls these.
+        self._sync_on_close = {
+            "immediate": (KIND_STEP, KIND_LAYER, KIND_BRICK),
+            "per_layer": (KIND_STEP, KIND_LAYER),
+            "deferred": (),
+            "none": (),
+        }[sync_mode]
+
+    # ---- hot path (scope enter / exit) ------------------------------------------
+
+    def open(self, owner: Any) -> Record:
+        """Push a new record for a scope entering on this thread/task. Never blocks."""
+        kind = owner._kind
+        rec = Record()
+        top = _record.TOP.get()
+        current = _get_current_context()
+        if top is None or top.otel_context is not current:
+            # Outermost scope, or user code started its own span since the scope below
+            # opened: the parent is whatever OTel span is current.
+            span_context = _get_current_span(current).get_span_context()
+            if span_context.is_valid:
+                rec.trace_id = span_context.trace_id
+                rec.sampled = span_context.trace_flags.sampled
+                rec.otel_parent = span_context
+            else:
+                rec.trace_id = self._id_generator.generate_trace_id()
+                rec.sampled = self._sample_root(rec.trace_id, owner._name)
+                rec.otel_parent = None
+            rec.parent = None
+        else:
+            rec.trace_id = top.trace_id
+            rec.sampled = top.sampled
+            rec.otel_parent = None
+            rec.parent = top
+        rec.otel_context = current
+        brick = owner.brick_info()
+        if top is not None:
+            rec.layer = top.layer
+            rec.step = top.step
+            if brick is None:
+                brick = top.brick
+        else:
+            rec.layer = rec.step = None
+        if kind == KIND_LAYER:
+            rec.layer = owner._index
+        elif kind == KIND_STEP:
+            rec.step = owner._index
+        rec.owner = owner
+        rec.recorder = self
+        rec.kind = kind
+        rec.name = owner._name
+        rec.brick = brick
+        rec.elements = owner._elements
+        rec.attributes = owner._attributes
+        rec.link = top
+        rec.thread_id = tid = threading.get_ident()
+        if tid not in self._thread_names:
+            self._thread_names[tid] = threading.current_thread().name
+        if self.propagate_context and owner._propagates and kind != KIND_KERNEL and rec.sampled:
+            rec.span_id = self._id_generator.generate_span_id()
+            span = NonRecordingSpan(SpanContext(rec.trace_id, rec.span_id, False, _SAMPLED))
+            rec.context_token = otel_context.attach(otel_trace.set_span_in_context(span, current))
+            rec.otel_context = _get_current_context()
+        _record.TOP.set(rec)
+        timer = self.timer
+        if timer is not None and rec.sampled and (kind != KIND_KERNEL or self.time_kernels):
+            rec.stream = self._stream_of(owner, top)
+            rec.start_mark = timer.mark(rec.stream)
+        else:
+            rec.stream = None
+        rec.host_start = perf_counter_ns()
+        return rec
+
+    def _stream_of(self, owner: Any, top: Record | None) -> Any:
+        """The timer's StreamRef for a scope: its own stream, else the enclosing scope's."""
+        if owner._stream is None and top is not None and top.stream is not None:
+            return top.stream
+        cached = owner._stream_ref
+        if cached is None or cached[0] is not self.timer:
+            cached = owner._stream_ref = (self.timer, self.timer.stream_ref(owner._stream))
+        return cached[1]
+
+    def close(self, rec: Record, error: BaseException | None) -> None:
+        """Pop ``rec`` and queue it for resolution. Never raises."""
+        end = perf_counter_ns()
+        if rec.start_mark >= 0:
+            rec.end_mark = self.timer.mark(rec.stream)
+        rec.host_end = end
+        rec.ended = True
+        if rec.context_token is not None:
+            otel_context.detach(rec.context_token)
+        if _record.TOP.get() is rec:
+            _record.pop(rec)
+        if error is not None:
+            rec.error = _describe(error)
+        if not rec.sampled:
+            self._counts["scopes_unsampled"] += 1
+            return
+        pending = self._pending
+        pending.append(rec)
+        if rec.kind in self._sync_on_close:
+            self.sync(block=True, streams=(rec.stream,))
+        elif rec.kind == KIND_STEP:
+            self.sync(block=False)
+        elif len(pending) >= self.max_pending:
+            self._counts["forced_syncs"] += 1
+            self.sync(block=True)
+        elif end >= self._next_poll_ns:
+            self._counts["polls"] += 1
+            self._next_poll_ns = end + self._max_delay_ns
+            self.sync(block=False)
+
+    def _sample_root(self, trace_id: int, name: str) -> bool:
+        if self._root_sampled is not None:
+            return self._root_sampled
+        result = self._provider.sampler.should_sample(None, trace_id, name, SpanKind.INTERNAL)
+        return result.decision == Decision.RECORD_AND_SAMPLE
+
+    # ---- resolution ------------------------------------------------------------
+
+    def sync(self, block: bool = True, timeout_millis: float | None = None, streams: tuple = ()) -> bool:
+        """Resolve pending records into spans and emit them.
+
+        With ``block`` the GPU is waited for (up to ``timeout_millis``); without it
+        only the already-complete prefix is resolved. Returns True when nothing is
+        left pending. Never raises.
+        """
+        try:
+            with self._lock:
+                self._counts["syncs"] += 1
+                deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1e3
+                if block and self.timer is not None:
+                    for stream in streams:
+                        if stream is not None:
+                            self.timer.synchronize(stream)
+                return self._resolve(block, deadline)
+        except Exception:  # never into user code
+            self._log_once("sync", "brickscope: resolving pending scopes failed")
+            return False
+
+    def _resolve(self, block: bool, deadline: float | None) -> bool:
+        pending = self._pending
+        timer = self.timer
+        emit = self._emit
+        if timer is not None:
+            timer.reanchor()
+        while pending:
+            rec = pending[0]
+            if rec.end_mark >= 0 and not self._gpu_ready(rec, block, deadline):
+                return False
+            pending.popleft()
+            emit(self._build(rec))
+        return True
+
+    def _gpu_ready(self, rec: Record, block: bool, deadline: float | None) -> bool:
+        """Whether rec's end event has completed; waits when blocking. GPU faults mark the record."""
+        timer = self.timer
+        try:
+            if timer.is_complete(rec.end_mark):
+                return True
+            if not block:
+                return False
+            if deadline is None:
+                timer.wait(rec.end_mark)
+                return True
+            while not timer.is_complete(rec.end_mark):
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.0001)
+            return True
+        except Exception as exc:  # CudaError: the record falls back to host timing
+            rec.gpu_error = getattr(exc, "code_name", type(exc).__name__)
+            return True
+
+    def _gpu_interval(self, rec: Record) -> tuple[int, int] | None:
+        """(start, end) epoch ns of rec's GPU work, or None with rec.gpu_error set."""
+        timer = self.timer
+        try:
+            if rec.gpu_error is None:
+                start = timer.host_time_ns(rec.start_mark)
+                return start, start + timer.elapsed_ns(rec.start_mark, rec.end_mark)
+        except Exception as exc:
+            rec.gpu_error = getattr(exc, "code_name", type(exc).__name__)
+        finally:
+            timer.release(rec.start_mark)
+            timer.release(rec.end_mark)
+        return None
+
+    def _build(self, rec: Record) -> ReadableSpan:
+        """The ended span for a resolved record."""
+        host_start = rec.host_start + EPOCH_OFFSET_NS
+        host_duration = rec.host_end - rec.host_start
+        attributes: dict[str, Any] = {
+            A.SCOPE_KIND: KIND_NAMES[rec.kind],
+            A.HOST_START_NS: host_start,
+            A.HOST_DURATION_NS: host_duration,
+            A.THREAD_ID: rec.thread_id,
+            A.THREAD_NAME: self._thread_names.get(rec.thread_id, ""),
+        }
+        start, end = host_start, host_start + host_duration
+        clock = A.CLOCK_HOST
+        if rec.start_mark >= 0:
+            if rec.end_mark < 0 and rec.gpu_error is None:
+                rec.gpu_error = "mark_failed"
+            interval = self._gpu_interval(rec) if rec.end_mark >= 0 else None
+            if interval is not None:
+                start, end = interval
+                clock = A.CLOCK_CUDA
+                attributes[A.GPU_DURATION_NS] = end - start
+                attributes[A.GPU_DEVICE_ID] = rec.stream.device
+                attributes[A.GPU_STREAM_ID] = rec.stream.handle
+        if rec.gpu_error is not None:
+            attributes[A.GPU_TIMING_ERROR] = rec.gpu_error
+            self._counts["gpu_timing_errors"] += 1
+        attributes[A.CLOCK] = clock
+        brick = rec.brick
+        if brick is not None:
+            attributes[A.BRICK_NAME] = brick.name
+            attributes[A.BRICK_CATEGORY] = brick.category
+        if rec.layer is not None:
+            attributes[A.LAYER_INDEX] = rec.layer
+        if rec.step is not None:
+            attributes[A.STEP_NUMBER] = rec.step
+        if rec.kind == KIND_BRICK:
+            attributes[A.BRICK_SELF_DURATION_NS] = self._self_time(rec, end - start)
+            if rec.elements:
+                attributes[A.BRICK_ELEMENTS] = rec.elements
+        elif rec.kind == KIND_KERNEL:
+            attributes[A.KERNEL_NAME] = rec.name
+        if rec.attributes:
+            attributes.update(rec.attributes)
+
+        if not rec.span_id:
+            rec.span_id = self._id_generator.generate_span_id()
+        parent = rec.parent
+        if parent is not None:
+            if not parent.span_id:
+                parent.span_id = self._id_generator.generate_span_id()
+            parent_context = SpanContext(rec.trace_id, parent.span_id, False, _SAMPLED)
+        else:
+            parent_context = rec.otel_parent
+        events: tuple[Event, ...] = ()
+        status = Status(StatusCode.UNSET)
+        if rec.error is not None:
+            type_name, message, stacktrace = rec.error
+            events = (
+                Event(
+                    "exception",
+                    {
+                        "exception.type": type_name,
+                        "exception.message": message,
+                        "exception.stacktrace": stacktrace,
+                        "exception.escaped": True,
+                    },
+                    timestamp=rec.host_end + EPOCH_OFFSET_NS,
+                ),
+            )
+            status = Status(StatusCode.ERROR, f"{type_name}: {message}")
+        self._counts["spans_emitted"] += 1
+        return ReadableSpan(
+            name=rec.name,
+            context=SpanContext(rec.trace_id, rec.span_id, False, _SAMPLED),
+            parent=parent_context,
+            resource=self._resource,
+            attributes=attributes,
+            events=events,
+            kind=SpanKind.INTERNAL,
+            status=status,
+            start_time=start,
+            end_time=end,
+            instrumentation_scope=_INSTRUMENTATION_SCOPE,
+        )
+
+    def _self_time(self, rec: Record, duration: int) -> int:
+        """rec's duration minus its nested bricks'; credits rec to its enclosing brick.
+
+        The scope stack, not the OTel parent, decides nesting, so a brick nested
+        through a user span is still subtracted. Children resolve before parents.
+        """
+        enclosing = rec.link
+        while enclosing is not None and enclosing.kind != KIND_BRICK:
+            enclosing = enclosing.link
+        if enclosing is not None:
+            enclosing.nested_ns += duration
+        self_ns = duration - rec.nested_ns
+        if self_ns < 0:  # nested bricks overlapped on several streams
+            self._counts["self_time_clamped"] += 1
+            self_ns = 0
+        return self_ns
+
+    def _emit(self, span: ReadableSpan) -> None:
+        """Hand an ended span to every processor of the provider, isolating their faults."""
+        for processor in _provider_processors(self._provider):
+            if processor is self:
+                continue
+            try:
+                processor.on_end(span)
+            except Exception:  # opentelemetry-python#5624: never let one reach the app
+                self._counts["processor_errors"] += 1
+                self._log_once(f"on_end:{type(processor).__name__}", "brickscope: a span processor failed")
+
+    # ---- SpanProcessor ---------------------------------------------------------
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        """Other instrumentation's spans: nothing to do."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Other instrumentation's spans: nothing to do."""
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Resolve and emit everything pending, waiting for the GPU up to the timeout."""
+        return self.sync(block=True, timeout_millis=timeout_millis)
+
+    def shutdown(self, timeout_millis: int = 30000) -> None:
+        """Flush, then emit anything still unresolved with host timing; idempotent."""
+        if self._shutdown:
+            return
+        self._shutdown = True
+        if not self.sync(block=True, timeout_millis=timeout_millis):
+            with self._lock:
+                while self._pending:
+                    rec = self._pending.popleft()
+                    if rec.end_mark >= 0:
+                        rec.gpu_error = "unresolved_at_shutdown"
+                    self._emit(self._build(rec))
+        if self.timer is not None:
+            try:
+                self.timer.close()
+            except Exception:
+                self._log_once("timer_close", "brickscope: closing the GPU timer failed")
+
+    # ---- introspection -----------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        """Counters of everything this processor did: recorded, emitted, forced syncs, errors..."""
+        counts = dict(self._counts)
+        counts["pending"] = len(self._pending)
+        return counts
+
+    def count(self, what: str) -> None:
+        """Count one event of ``what`` (scopes use it for misuse and internal errors)."""
+        self._counts[what] = self._counts.get(what, 0) + 1
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child: drop the parent's pending scopes and its CUDA state (CUDA
+        does not survive fork); the child times on the host clock."""
+        self._pending = deque()
+        self._lock = threading.RLock()
+        if self.timer is not None:
+            self.timer = None
+            self.clock = A.CLOCK_HOST
+
+    def _log_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.exception(message)
+
+
+def _provider_processors(provider: TracerProvider) -> tuple:
+    """The provider's processors in order (the SDK keeps them in a private tuple)."""
+    return provider._active_span_processor._span_processors  # noqa: SLF001
+
+
+def _static_root_decision(sampler: Any) -> bool | None:
+    """The decision for a root span when the sampler's answer cannot depend on the span."""
+    if isinstance(sampler, ParentBased):
+        sampler = sampler._root  # noqa: SLF001
+    if isinstance(sampler, StaticSampler):
+        return sampler._decision == Decision.RECORD_AND_SAMPLE  # noqa: SLF001
+    return None
+
+
+def _describe(error: BaseException) -> tuple[str, str, str]:
+    """exception.type / .message / .stacktrace for the exception event."""
+    stacktrace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return type(error).__qualname__, str(error), stacktrace
