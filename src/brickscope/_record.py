@@ -11,7 +11,6 @@ so it follows asyncio tasks and threads the way OpenTelemetry's context does
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Any
 
 KIND_STEP = 0
 KIND_LAYER = 1
@@ -23,23 +22,19 @@ KIND_NAMES = ("step", "layer", "brick", "kernel")
 class Record:
     """One scope, open or ended but not yet turned into a span."""
 
+    # Every slot is written by GpuSyncSpanProcessor.open() (no __init__: the hot path
+    # writes each field once). What the scope object already knows (kind, name,
+    # brick, elements, attributes) is read from ``owner`` at resolution instead.
     __slots__ = (
-        "owner",  # the scope object that opened it (closing checks it)
+        "owner",  # the scope object that opened it (closing checks it; resolution reads it)
         "recorder",  # the GpuSyncSpanProcessor it was opened on
-        "kind",
-        "name",
-        "brick",  # BrickInfo of this brick or of the enclosing brick (kernels)
-        "elements",
-        "attributes",  # the user's attributes, or None
         "link",  # the record below on the scope stack
         "parent",  # the brickscope parent record, or None under a foreign span
         "otel_parent",  # SpanContext of the foreign parent span, if any
-        "otel_context",  # OTel context object current when the tree was entered
+        "otel_context",  # the OTel context current inside this scope
         "trace_id",
-        "span_id",  # 0 until assigned (lazily, at resolution, unless propagated)
+        "span_id",  # 0 until someone needs it (a child, a user span, resolution)
         "sampled",
-        "layer",
-        "step",
         "thread_id",
         "host_start",  # perf_counter_ns
         "host_end",
@@ -53,27 +48,9 @@ class Record:
         "nested_ns",  # durations of bricks nested in this brick, summed at resolution
     )
 
-    def __init__(self) -> None:
-        self.span_id = 0
-        self.start_mark = -1
-        self.end_mark = -1
-        self.gpu_error = None
-        self.error = None
-        self.ended = False
-        self.context_token = None
-        self.nested_ns = 0
-
     def __repr__(self) -> str:
-        return f"<Record {KIND_NAMES[self.kind]} {self.name!r} ended={self.ended}>"
+        return f"<Record {KIND_NAMES[self.owner._kind]} {self.owner._name!r}>"
 
 
 #: The innermost open scope of the current context (thread or asyncio task).
 TOP: ContextVar[Record | None] = ContextVar("brickscope_top", default=None)
-
-
-def pop(record: Record) -> None:
-    """Remove ``record`` from the top of the stack, skipping ancestors ended out of order."""
-    below: Any = record.link
-    while below is not None and below.ended:
-        below = below.link
-    TOP.set(below)

@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 _warned: set[str] = set()
+_TOP_get = _record.TOP.get
 
 
 def _warn_once(key: str, message: str, *args: object) -> None:
@@ -48,19 +49,26 @@ def _enter(scope: _Scope) -> Record | None:
     try:
         return recorder.open(scope)
     except Exception:
-        recorder.count("scope_errors")
-        _warn_once("enter", "brickscope: opening a scope failed; it will not be recorded", exc_info=True)
+        _enter_failed(recorder)
         return None
 
 
 def _exit(rec: Record, error: BaseException | None) -> None:
     """Close ``rec``. Never raises."""
-    recorder = rec.recorder
     try:
-        recorder.close(rec, error)
+        rec.recorder.close(rec, error)
     except Exception:
-        recorder.count("scope_errors")
-        _warn_once("exit", "brickscope: closing a scope failed", exc_info=True)
+        _exit_failed(rec)
+
+
+def _enter_failed(recorder: Any) -> None:
+    recorder.count("scope_errors")
+    _warn_once("enter", "brickscope: opening a scope failed; it will not be recorded", exc_info=True)
+
+
+def _exit_failed(rec: Record) -> None:
+    rec.recorder.count("scope_errors")
+    _warn_once("exit", "brickscope: closing a scope failed", exc_info=True)
 
 
 class _Scope:
@@ -70,14 +78,23 @@ class _Scope:
     _kind = KIND_BRICK
     _propagates = True
 
+    # __enter__/__exit__ inline _enter/_exit: a call less on the hottest path.
     def __enter__(self) -> _Scope:
-        _enter(self)
+        recorder = _state.recorder
+        if recorder is not None:
+            try:
+                recorder.open(self)
+            except Exception:
+                _enter_failed(recorder)
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        rec = _record.TOP.get()
+        rec = _TOP_get()
         if rec is not None and rec.owner is self:
-            _exit(rec, exc)
+            try:
+                rec.recorder.close(rec, exc)
+            except Exception:
+                _exit_failed(rec)
 
     def __call__(self, func: F) -> F:
         """Decorate ``func``: each call runs inside this scope (coroutines: each await)."""

@@ -26,14 +26,12 @@ import traceback
 from collections import deque
 from typing import Any
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import Decision, ParentBased, StaticSampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 
-from brickscope import _record
+from brickscope import _otel_context, _record
 from brickscope._clock import EPOCH_OFFSET_NS, perf_counter_ns
 from brickscope._record import KIND_BRICK, KIND_KERNEL, KIND_LAYER, KIND_NAMES, KIND_STEP, Record
 from brickscope.trace import attributes as A
@@ -44,10 +42,11 @@ logger = logging.getLogger(__name__)
 #: Sync policies: when pending records are resolved into spans.
 SYNC_MODES = ("immediate", "per_layer", "deferred", "none")
 
-_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_SAMPLED = _otel_context.SAMPLED
+_SCOPE_SPAN = _otel_context.ScopeSpan(_record.TOP.get)
+_BLOCK = 1  # sync, waiting for the GPU
+_POLL = 2  # sync what is already complete
 _INSTRUMENTATION_SCOPE = InstrumentationScope("brickscope", __version__)
-_get_current_context = otel_context.get_current
-_get_current_span = otel_trace.get_current_span
 
 
 class GpuSyncSpanProcessor(SpanProcessor):
@@ -135,76 +134,67 @@ class GpuSyncSpanProcessor(SpanProcessor):
             ),
             0,
         )
-        # Bound methods resolved once: the hot path calls these.
-        self._sync_on_close = {
-            "immediate": (KIND_STEP, KIND_LAYER, KIND_BRICK),
-            "per_layer": (KIND_STEP, KIND_LAYER),
-            "deferred": (),
-            "none": (),
+        # What closing a scope of each kind (step, layer, brick, kernel) triggers.
+        self._close_actions = {
+            "immediate": (_BLOCK, _BLOCK, _BLOCK, 0),
+            "per_layer": (_BLOCK, _BLOCK, 0, 0),
+            "deferred": (_POLL, 0, 0, 0),
+            "none": (_POLL, 0, 0, 0),
         }[sync_mode]
 
     # ---- hot path (scope enter / exit) ------------------------------------------
 
     def open(self, owner: Any) -> Record:
         """Push a new record for a scope entering on this thread/task. Never blocks."""
-        kind = owner._kind
         rec = Record()
         top = _record.TOP.get()
-        current = _get_current_context()
+        current = _otel_context.current()
         if top is None or top.otel_context is not current:
             # Outermost scope, or user code started its own span since the scope below
             # opened: the parent is whatever OTel span is current.
-            span_context = _get_current_span(current).get_span_context()
-            if span_context.is_valid:
+            span = _otel_context.current_span(current)
+            span_context = span.get_span_context() if span is not None else None
+            if span_context is not None and span_context.is_valid:
                 rec.trace_id = span_context.trace_id
                 rec.sampled = span_context.trace_flags.sampled
-                rec.otel_parent = span_context
             else:
-                rec.trace_id = self._id_generator.generate_trace_id()
-                rec.sampled = self._sample_root(rec.trace_id, owner._name)
-                rec.otel_parent = None
+                span_context = None
+                rec.trace_id = trace_id = self._id_generator.generate_trace_id()
+                rec.sampled = self._sample_root(trace_id, owner._name)
+            rec.otel_parent = span_context
             rec.parent = None
+            if self.propagate_context and owner._propagates:
+                current = _otel_context.with_span(current, _SCOPE_SPAN)
+                rec.context_token = _otel_context.attach(current)
+            else:
+                rec.context_token = None
         else:
             rec.trace_id = top.trace_id
             rec.sampled = top.sampled
             rec.otel_parent = None
             rec.parent = top
+            rec.context_token = None
         rec.otel_context = current
-        brick = owner.brick_info()
-        if top is not None:
-            rec.layer = top.layer
-            rec.step = top.step
-            if brick is None:
-                brick = top.brick
-        else:
-            rec.layer = rec.step = None
-        if kind == KIND_LAYER:
-            rec.layer = owner._index
-        elif kind == KIND_STEP:
-            rec.step = owner._index
         rec.owner = owner
         rec.recorder = self
-        rec.kind = kind
-        rec.name = owner._name
-        rec.brick = brick
-        rec.elements = owner._elements
-        rec.attributes = owner._attributes
         rec.link = top
+        rec.span_id = 0
         rec.thread_id = tid = threading.get_ident()
         if tid not in self._thread_names:
             self._thread_names[tid] = threading.current_thread().name
-        if self.propagate_context and owner._propagates and kind != KIND_KERNEL and rec.sampled:
-            rec.span_id = self._id_generator.generate_span_id()
-            span = NonRecordingSpan(SpanContext(rec.trace_id, rec.span_id, False, _SAMPLED))
-            rec.context_token = otel_context.attach(otel_trace.set_span_in_context(span, current))
-            rec.otel_context = _get_current_context()
+        rec.ended = False
+        rec.error = None
+        rec.gpu_error = None
+        rec.nested_ns = 0
         _record.TOP.set(rec)
         timer = self.timer
-        if timer is not None and rec.sampled and (kind != KIND_KERNEL or self.time_kernels):
-            rec.stream = self._stream_of(owner, top)
-            rec.start_mark = timer.mark(rec.stream)
+        if timer is not None and rec.sampled and (owner._kind != KIND_KERNEL or self.time_kernels):
+            rec.stream = stream = self._stream_of(owner, top)
+            rec.start_mark = timer.mark(stream)
         else:
             rec.stream = None
+            rec.start_mark = -1
+        rec.end_mark = -1
         rec.host_start = perf_counter_ns()
         return rec
 
@@ -218,16 +208,22 @@ class GpuSyncSpanProcessor(SpanProcessor):
         return cached[1]
 
     def close(self, rec: Record, error: BaseException | None) -> None:
-        """Pop ``rec`` and queue it for resolution. Never raises."""
+        """Pop ``rec`` and queue it for resolution; a sync point if the policy says so."""
         end = perf_counter_ns()
         if rec.start_mark >= 0:
             rec.end_mark = self.timer.mark(rec.stream)
         rec.host_end = end
         rec.ended = True
         if rec.context_token is not None:
-            otel_context.detach(rec.context_token)
+            try:
+                _otel_context.detach(rec.context_token)
+            except ValueError:  # closed from another context than it opened in
+                self._counts["misuse"] += 1
         if _record.TOP.get() is rec:
-            _record.pop(rec)
+            below = rec.link
+            while below is not None and below.ended:  # skip bricks ended out of order
+                below = below.link
+            _record.TOP.set(below)
         if error is not None:
             rec.error = _describe(error)
         if not rec.sampled:
@@ -235,10 +231,9 @@ class GpuSyncSpanProcessor(SpanProcessor):
             return
         pending = self._pending
         pending.append(rec)
-        if rec.kind in self._sync_on_close:
-            self.sync(block=True, streams=(rec.stream,))
-        elif rec.kind == KIND_STEP:
-            self.sync(block=False)
+        action = self._close_actions[rec.owner._kind]
+        if action:
+            self.sync(block=action == _BLOCK, streams=(rec.stream,))
         elif len(pending) >= self.max_pending:
             self._counts["forced_syncs"] += 1
             self.sync(block=True)
@@ -325,10 +320,12 @@ class GpuSyncSpanProcessor(SpanProcessor):
 
     def _build(self, rec: Record) -> ReadableSpan:
         """The ended span for a resolved record."""
+        owner = rec.owner
+        kind = owner._kind
         host_start = rec.host_start + EPOCH_OFFSET_NS
         host_duration = rec.host_end - rec.host_start
         attributes: dict[str, Any] = {
-            A.SCOPE_KIND: KIND_NAMES[rec.kind],
+            A.SCOPE_KIND: KIND_NAMES[kind],
             A.HOST_START_NS: host_start,
             A.HOST_DURATION_NS: host_duration,
             A.THREAD_ID: rec.thread_id,
@@ -350,30 +347,28 @@ class GpuSyncSpanProcessor(SpanProcessor):
             attributes[A.GPU_TIMING_ERROR] = rec.gpu_error
             self._counts["gpu_timing_errors"] += 1
         attributes[A.CLOCK] = clock
-        brick = rec.brick
+        brick, layer_index, step_number = _enclosing(rec)
         if brick is not None:
             attributes[A.BRICK_NAME] = brick.name
             attributes[A.BRICK_CATEGORY] = brick.category
-        if rec.layer is not None:
-            attributes[A.LAYER_INDEX] = rec.layer
-        if rec.step is not None:
-            attributes[A.STEP_NUMBER] = rec.step
-        if rec.kind == KIND_BRICK:
+        if layer_index is not None:
+            attributes[A.LAYER_INDEX] = layer_index
+        if step_number is not None:
+            attributes[A.STEP_NUMBER] = step_number
+        if kind == KIND_BRICK:
             attributes[A.BRICK_SELF_DURATION_NS] = self._self_time(rec, end - start)
-            if rec.elements:
-                attributes[A.BRICK_ELEMENTS] = rec.elements
-        elif rec.kind == KIND_KERNEL:
-            attributes[A.KERNEL_NAME] = rec.name
-        if rec.attributes:
-            attributes.update(rec.attributes)
+            if owner._elements:
+                attributes[A.BRICK_ELEMENTS] = owner._elements
+        elif kind == KIND_KERNEL:
+            attributes[A.KERNEL_NAME] = owner._name
+        if owner._attributes:
+            attributes.update(owner._attributes)
 
-        if not rec.span_id:
-            rec.span_id = self._id_generator.generate_span_id()
+        span_id = _otel_context.assign_span_id(rec, self._id_generator)
         parent = rec.parent
         if parent is not None:
-            if not parent.span_id:
-                parent.span_id = self._id_generator.generate_span_id()
-            parent_context = SpanContext(rec.trace_id, parent.span_id, False, _SAMPLED)
+            parent_id = _otel_context.assign_span_id(parent, self._id_generator)
+            parent_context = SpanContext(rec.trace_id, parent_id, False, _SAMPLED)
         else:
             parent_context = rec.otel_parent
         events: tuple[Event, ...] = ()
@@ -395,8 +390,8 @@ class GpuSyncSpanProcessor(SpanProcessor):
             status = Status(StatusCode.ERROR, f"{type_name}: {message}")
         self._counts["spans_emitted"] += 1
         return ReadableSpan(
-            name=rec.name,
-            context=SpanContext(rec.trace_id, rec.span_id, False, _SAMPLED),
+            name=owner._name,
+            context=SpanContext(rec.trace_id, span_id, False, _SAMPLED),
             parent=parent_context,
             resource=self._resource,
             attributes=attributes,
@@ -415,7 +410,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         through a user span is still subtracted. Children resolve before parents.
         """
         enclosing = rec.link
-        while enclosing is not None and enclosing.kind != KIND_BRICK:
+        while enclosing is not None and enclosing.owner._kind != KIND_BRICK:
             enclosing = enclosing.link
         if enclosing is not None:
             enclosing.nested_ns += duration
@@ -505,6 +500,25 @@ def _static_root_decision(sampler: Any) -> bool | None:
     if isinstance(sampler, StaticSampler):
         return sampler._decision == Decision.RECORD_AND_SAMPLE  # noqa: SLF001
     return None
+
+
+def _enclosing(rec: Record) -> tuple[Any, int | None, int | None]:
+    """(brick info, layer index, step number) of rec or the nearest scopes around it."""
+    brick = layer_index = step_number = None
+    while rec is not None:
+        owner = rec.owner
+        kind = owner._kind
+        if kind == KIND_BRICK:
+            if brick is None:
+                brick = owner.brick_info()
+        elif kind == KIND_LAYER:
+            if layer_index is None:
+                layer_index = owner._index
+        elif kind == KIND_STEP:
+            if step_number is None:
+                step_number = owner._index
+        rec = rec.link
+    return brick, layer_index, step_number
 
 
 def _describe(error: BaseException) -> tuple[str, str, str]:

@@ -1,0 +1,168 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What one scope costs, against OpenTelemetry's own spans, measured in one run.
+
+Each case runs ``--iterations`` scopes in a loop, ``--repeats`` times; the
+reported figure is the median over repeats of ns per scope. ``brick`` is a
+brick nested in an open layer (how bricks are used) on the host clock, with no
+sync point inside the loop;
+``brick_full_pipeline`` adds resolution into spans and aggregation, exported to
+an in-memory exporter. ``brick_cuda`` (when the simulated driver or a GPU is
+there) is a brick timed with CUDA events, minus the driver's own
+``cuEventRecord`` time, which we measure separately.
+
+Usage::
+
+    python benchmarks/hot_path.py            # table
+    python benchmarks/hot_path.py --json     # one JSON object, ns per op
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Callable
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import brickscope as bs
+from brickscope.testing import reset_globals
+
+
+class NullExporter(SpanExporter):
+    def export(self, spans):  # noqa: ANN001
+        return SpanExportResult.SUCCESS
+
+
+def per_op_ns(loop: Callable[[int], None], iterations: int, repeats: int) -> float:
+    """Median over repeats of (loop time / iterations)."""
+    loop(min(iterations, 1000))  # warm up
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter_ns()
+        loop(iterations)
+        samples.append((time.perf_counter_ns() - start) / iterations)
+    return statistics.median(samples)
+
+
+def empty_with(n: int) -> None:
+    class Empty:
+        __slots__ = ()
+
+        def __enter__(self):  # noqa: ANN204
+            return self
+
+        def __exit__(self, *exc):  # noqa: ANN002, ANN204
+            return None
+
+    obj = Empty()
+    for _ in range(n):
+        with obj:
+            pass
+
+
+def bricks_in_layer(n: int) -> None:
+    brick = bs.brick
+    with bs.layer(0):
+        for _ in range(n):
+            with brick("attention_score"):
+                pass
+
+
+def bricks_in_step(n: int) -> None:
+    """As bricks_in_layer, but the step's end is a sync point: spans are built and exported."""
+    brick = bs.brick
+    with bs.step(0):
+        for _ in range(n):
+            with brick("attention_score"):
+                pass
+
+
+def measure(iterations: int, repeats: int) -> dict[str, float]:
+    results: dict[str, float] = {}
+    results["empty_with"] = per_op_ns(empty_with, iterations, repeats)
+
+    noop = trace.NoOpTracer()
+
+    def noop_span(n: int) -> None:
+        for _ in range(n):
+            with noop.start_as_current_span("k"):
+                pass
+
+    results["noop_tracer_span"] = per_op_ns(noop_span, iterations, repeats)
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(NullExporter(), max_queue_size=1 << 20))
+    tracer = provider.get_tracer("bench")
+
+    def otel_current(n: int) -> None:
+        for _ in range(n):
+            with tracer.start_as_current_span("k"):
+                pass
+
+    def otel_start(n: int) -> None:
+        for _ in range(n):
+            tracer.start_span("k").end()
+
+    results["otel_start_as_current_span"] = per_op_ns(otel_current, iterations // 4, repeats)
+    results["otel_start_span"] = per_op_ns(otel_start, iterations // 4, repeats)
+    provider.shutdown()
+
+    # brickscope, host clock. Resolution is left out of `brick` by a max_pending larger
+    # than the loop; it is what brick_full_pipeline adds.
+    session = bs.configure(TracerProvider(), clock="host", max_pending=1 << 22, max_delay_millis=1e9, aggregate=False)
+    results["brick"] = per_op_ns(bricks_in_layer, iterations, repeats)
+    session.sync_processor._pending.clear()  # noqa: SLF001 - drop unresolved records between cases
+    bs.disable()
+    results["brick_disabled"] = per_op_ns(bricks_in_layer, iterations, repeats)
+    reset_globals()
+
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    session = bs.configure(provider, clock="host")
+
+    def full_pipeline(n: int) -> None:
+        bricks_in_step(n)
+        exporter.clear()
+
+    results["brick_full_pipeline"] = per_op_ns(full_pipeline, iterations // 4, repeats)
+    reset_globals()
+    return results
+
+
+TARGETS = (
+    ("brick", "otel_start_as_current_span", 0.1, "brick <= 1/10 of otel_start_as_current_span"),
+    ("brick_disabled", "empty_with", 2.0, "brick_disabled <= 2x empty_with"),
+    ("brick_full_pipeline", "otel_start_as_current_span", 1 / 3, "brick_full_pipeline <= 1/3 of otel_start_as_current_span"),
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object (ns per op)")
+    parser.add_argument("--iterations", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+    results = measure(args.iterations, args.repeats)
+    if args.json:
+        print(json.dumps({key: round(value, 1) for key, value in results.items()}))
+        return 0
+    width = max(map(len, results))
+    print(f"{'case':<{width}}  ns/op")
+    for key, value in results.items():
+        print(f"{key:<{width}}  {value:8.0f}")
+    print()
+    for key, reference, limit, text in TARGETS:
+        ratio = results[key] / results[reference]
+        print(f"{'met ' if ratio <= limit else 'MISS'}  {text}: ratio {ratio:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

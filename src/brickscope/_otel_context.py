@@ -1,0 +1,78 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Fast access to OpenTelemetry's current context, for the scope hot path.
+
+``opentelemetry.context.get_current/attach/detach`` each go through two layers
+of Python calls; with the SDK's default runtime context (contextvars) the same
+operations are one ``ContextVar`` call. We use the ContextVar directly when that
+runtime is in use and the public API otherwise (another ``OTEL_PYTHON_CONTEXT``).
+Measured: attach + detach 204 ns through the API, about 80 ns direct.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from opentelemetry import context as _api
+from opentelemetry.context.context import Context
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.trace.propagation import _SPAN_KEY
+
+_runtime_var = getattr(_api._RUNTIME_CONTEXT, "_current_context", None)  # noqa: SLF001
+
+current: Callable[[], Any]
+attach: Callable[[Any], Any]
+detach: Callable[[Any], Any]
+if _runtime_var is not None:
+    current, attach, detach = _runtime_var.get, _runtime_var.set, _runtime_var.reset
+else:  # pragma: no cover - only with a non-default OTEL_PYTHON_CONTEXT
+    current, attach, detach = _api.get_current, _api.attach, _api.detach
+
+SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_id_lock = threading.Lock()
+
+
+def current_span(context: Any) -> Any:
+    """The span stored in ``context``, or None."""
+    return context.get(_SPAN_KEY)
+
+
+def with_span(context: Any, span: Any) -> Context:
+    """A copy of ``context`` whose current span is ``span`` (what set_span_in_context does)."""
+    new = Context(context)
+    dict.__setitem__(new, _SPAN_KEY, span)
+    return new
+
+
+def assign_span_id(record: Any, id_generator: Any) -> int:
+    """The record's span id, generated on first need (by a child, a user span or resolution)."""
+    if not record.span_id:
+        with _id_lock:
+            if not record.span_id:
+                record.span_id = id_generator.generate_span_id()
+    return record.span_id
+
+
+class ScopeSpan(NonRecordingSpan):
+    """What open brickscope scopes look like to OpenTelemetry: one non-recording span
+    standing for "the innermost open scope of this context", read from the scope stack
+    when someone asks (the SDK starting a user span inside a scope, a log handler).
+
+    One instance serves every scope, so only the outermost scope of a tree puts it
+    in the OTel context; nested scopes attach nothing, and a scope's span id is only
+    made if something needs it.
+    """
+
+    def __init__(self, top: Callable[[], Any]) -> None:  # noqa: D107 - no super: no fixed context
+        self._top = top
+
+    def get_span_context(self) -> SpanContext:
+        record = self._top()
+        if record is None:
+            return INVALID_SPAN_CONTEXT
+        span_id = assign_span_id(record, record.recorder._id_generator)  # noqa: SLF001
+        return SpanContext(record.trace_id, span_id, False, SAMPLED if record.sampled else _NOT_SAMPLED)
+
+    def __repr__(self) -> str:
+        return "ScopeSpan(innermost open brickscope scope)"
