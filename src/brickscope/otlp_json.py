@@ -20,8 +20,9 @@ Two layouts are accepted, told apart by their first non-blank line:
   needs memory for all of it (roughly ten times its size as Python objects):
   prefer JSON Lines for big traces.
 
-A gzip-compressed file (the Collector's ``compression: gzip``... or ``gzip -k``)
-is read transparently; a zstd one is refused with a hint to decompress it first.
+A gzip-compressed file is read transparently; a zstd-compressed one (the
+Collector file exporter's ``compression: zstd``) is refused with a hint to
+decompress it first.
 
 The decoding follows the OTLP/JSON rules of the OTLP specification: trace and
 span ids are hex strings (not base64, unlike the generic protobuf JSON mapping),
@@ -49,7 +50,8 @@ import math
 import os
 import re
 import zlib
-from typing import IO, Any, Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import IO, Any
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
@@ -93,6 +95,10 @@ _STATUS_CODE_NAMES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_
 _FLAGS_TRACE_FLAGS_MASK = 0xFF
 _FLAGS_HAS_IS_REMOTE = 0x100
 _FLAGS_IS_REMOTE = 0x200
+
+# Status objects are read-only: the common ones are shared.
+_UNSET = Status(StatusCode.UNSET)
+_OK = Status(StatusCode.OK)
 
 _HEX = re.compile(r"[0-9a-fA-F]*\Z")
 _INT = re.compile(r"-?[0-9]+\Z")
@@ -246,7 +252,9 @@ def _spans_at(path: str, line: int | None, prefix: str, request: Any) -> Iterato
         if prefix:
             bad = bad.within(prefix)
         place = f"{path}:{line}" if line is not None else f"{path} (single JSON document)"
-        raise ValueError(f"{place}: {bad.where}: {bad.message}" if bad.where else f"{place}: {bad.message}") from None
+        raise ValueError(
+            f"{place}: {bad.where}: {bad.message}" if bad.where else f"{place}: {bad.message}"
+        ) from None
     return iter(spans)
 
 
@@ -312,9 +320,11 @@ def _span(span: Any, resource: Resource, scope: InstrumentationScope) -> Readabl
     parent_id = _id(span, "parentSpanId", 8)
     parent = None
     if parent_id:
-        parent = SpanContext(trace_id, parent_id, is_remote=_is_remote(flags), trace_flags=trace_flags)
-    events = [_event(e, i) for i, e in enumerate(_list(span, "events"))]
-    links = [_link(l, i) for i, l in enumerate(_list(span, "links"))]
+        parent = SpanContext(
+            trace_id, parent_id, is_remote=_is_remote(flags), trace_flags=trace_flags
+        )
+    events = [_event(e, i) for i, e in enumerate(_list(span, "events"))] if "events" in span else ()
+    links = [_link(k, i) for i, k in enumerate(_list(span, "links"))] if "links" in span else ()
     return ReadableSpan(
         name=_string(span, "name"),
         context=context,
@@ -358,7 +368,9 @@ def _link(link: Any, index: int) -> Link:
 
 
 def _status(span: Mapping[str, Any]) -> Status:
-    status = span.get("status") or {}
+    status = span.get("status")
+    if not status:
+        return _UNSET
     _object(status, "status")
     try:
         code = _STATUS_CODES[_enum(status, "code", _STATUS_CODE_NAMES, _STATUS_CODES)]
@@ -366,7 +378,9 @@ def _status(span: Mapping[str, Any]) -> Status:
     except _Bad as bad:
         raise bad.within("status") from None
     # The SDK keeps (and accepts without a warning) a description on errors only.
-    return Status(code, message or None) if code is StatusCode.ERROR else Status(code)
+    if code is StatusCode.ERROR:
+        return Status(code, message or None)
+    return _OK if code is StatusCode.OK else _UNSET
 
 
 def _is_remote(flags: int) -> bool:
@@ -378,11 +392,11 @@ def _trace_state(owner: Mapping[str, Any]) -> TraceState | None:
     return TraceState.from_header([header]) if header else None
 
 
-def _bounded_list(items: list[Any], dropped: int) -> Any:
+def _bounded_list(items: Any, dropped: int) -> Any:
     """The items, as a BoundedList recording ``dropped`` when the sender dropped some."""
     if not dropped:
         return items
-    bounded = BoundedList.from_seq(None, items)
+    bounded = BoundedList.from_seq(None, list(items))
     bounded.dropped = dropped
     return bounded
 
@@ -404,9 +418,20 @@ def _key_values(owner: Mapping[str, Any], key: str, *, keep_empty: bool) -> dict
         try:
             _object(pair, "")
             name = pair.get("key")
-            if not isinstance(name, str):
+            if type(name) is not str:
                 raise _Bad("key", f"expected a string, got {_kind(name)}")
-            value_json = pair.get("value", {})
+            value_json = pair.get("value")
+            # Fast path for the common scalar kinds; _any_value handles the rest.
+            if type(value_json) is dict and len(value_json) == 1:
+                if type(scalar := value_json.get("stringValue")) is str:
+                    result[name] = scalar
+                    continue
+                if (
+                    type(scalar := value_json.get("intValue")) is int
+                    and _INT64_MIN <= scalar <= _INT64_MAX
+                ):
+                    result[name] = scalar
+                    continue
             try:
                 value = _any_value(value_json)
             except _Bad as bad:
@@ -425,13 +450,13 @@ def _any_value(value: Any) -> Any:
     _object(value, "")
     if "stringValue" in value:
         return _string(value, "stringValue")
+    if "intValue" in value:
+        return _integer(value["intValue"], "intValue", _INT64_MIN, _INT64_MAX)
     if "boolValue" in value:
         flag = value["boolValue"]
         if not isinstance(flag, bool):
             raise _Bad("boolValue", f"expected true or false, got {_kind(flag)}")
         return flag
-    if "intValue" in value:
-        return _integer(value["intValue"], "intValue", _INT64_MIN, _INT64_MAX)
     if "doubleValue" in value:
         return _double(value["doubleValue"])
     if "arrayValue" in value:
@@ -502,7 +527,9 @@ def _id(owner: Mapping[str, Any], key: str, size: int) -> int:
     raise _Bad(key, f"expected {2 * size} hex digits, got {text[:48]!r}{hint}")
 
 
-def _enum(owner: Mapping[str, Any], key: str, names: Mapping[str, int], known: Mapping[int, Any]) -> int:
+def _enum(
+    owner: Mapping[str, Any], key: str, names: Mapping[str, int], known: Mapping[int, Any]
+) -> int:
     value = owner.get(key, 0)
     if isinstance(value, str) and value in names:
         return names[value]
@@ -519,17 +546,14 @@ def _uint(owner: Mapping[str, Any], key: str, maximum: int) -> int:
 
 def _integer(value: Any, key: str, minimum: int, maximum: int) -> int:
     """An integer written as a JSON number or a decimal string (64-bit values)."""
-    if isinstance(value, bool):
-        number = None
-    elif isinstance(value, int):
-        number = value
-    elif isinstance(value, float) and value.is_integer():
+    kind = type(value)
+    if kind is str and _INT.match(value):
         number = int(value)
-    elif isinstance(value, str) and _INT.match(value):
+    elif kind is int:
+        number = value
+    elif kind is float and value.is_integer():
         number = int(value)
     else:
-        number = None
-    if number is None:
         raise _Bad(key, f"expected an integer, got {_kind(value)}")
     if not minimum <= number <= maximum:
         raise _Bad(key, f"{number} is out of range [{minimum}, {maximum}]")
