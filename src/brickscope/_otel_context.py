@@ -28,8 +28,10 @@ if _runtime_var is not None:
 else:  # pragma: no cover - only with a non-default OTEL_PYTHON_CONTEXT
     current, attach, detach = _api.get_current, _api.attach, _api.detach
 
+EMPTY_CONTEXT = Context()
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_NOT_EMPTY_CONTEXT = Context()
+SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _id_lock = threading.Lock()
 
 

@@ -34,6 +34,7 @@ class Record:
         "otel_context",  # the OTel context current inside this scope
         "trace_id",
         "span_id",  # 0 until someone needs it (a child, a user span, resolution)
+        "span_context",  # SpanContext, made at resolution and shared by the children
         "sampled",
         "thread_id",
         "host_start",  # perf_counter_ns
@@ -46,6 +47,7 @@ class Record:
         "ended",
         "context_token",  # token of the OTel context this scope attached, or None
         "nested_ns",  # durations of bricks nested in this brick, summed at resolution
+        "enclosing",  # (brick, layer index, step number) around and including it; at resolution
     )
 
     def __repr__(self) -> str:

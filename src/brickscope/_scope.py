@@ -74,7 +74,7 @@ def _exit_failed(rec: Record) -> None:
 class _Scope:
     """Common machinery of every scope kind: with-statement and decorator."""
 
-    __slots__ = ("_name", "_category", "_brick", "_stream", "_stream_ref", "_elements", "_index", "_attributes")
+    __slots__ = ("_name", "_category", "_elements", "_stream", "_index", "_attributes")
     _kind = KIND_BRICK
     _propagates = True
 
@@ -136,7 +136,7 @@ class _Scope:
         return None
 
 
-class brick(_Scope):  # noqa: N801 - a verb users type, like nvtx.annotate
+class Brick(_Scope):
     """One logical operation (rms_norm, attention_score, an all-reduce...).
 
     Args:
@@ -159,28 +159,27 @@ class brick(_Scope):  # noqa: N801 - a verb users type, like nvtx.annotate
     def __init__(
         self, name: str, category: str | None = None, elements: int = 0, stream: Any = None, **attributes: Any
     ) -> None:
-        if type(name) is not str or not name:
-            _catalog.check_name(name)
-        if category is not None:
-            _catalog.check_category(category)
-        if elements.__class__ is not int or elements < 0:
-            _check_elements(elements)
+        # One chained test on the common path (a brick is often built per call); the
+        # precise error comes from the slow path.
+        if (
+            type(name) is not str
+            or not name
+            or type(elements) is not int
+            or elements < 0
+            or (category is not None and type(category) is not str)
+        ):
+            _check_brick(name, category, elements)
         self._name = name
         self._category = category
-        self._brick = None
         self._elements = elements
         self._stream = stream
-        self._stream_ref = None
         self._attributes = attributes or None
 
     def brick_info(self) -> _catalog.BrickInfo:
-        info = self._brick
-        if info is None:
-            info = self._brick = _catalog.resolve(self._name, self._category)
-        return info
+        return _catalog.resolve(self._name, self._category)
 
 
-class kernel(_Scope):  # noqa: N801
+class Kernel(_Scope):
     """One kernel launch inside a brick, with its launch configuration.
 
     Args:
@@ -222,14 +221,12 @@ class kernel(_Scope):  # noqa: N801
         launch.update(attributes)
         self._name = name
         self._category = None
-        self._brick = None
         self._elements = 0
         self._stream = stream
-        self._stream_ref = None
         self._attributes = launch or None
 
 
-class layer(_Scope):  # noqa: N801
+class Layer(_Scope):
     """A transformer layer: groups the bricks inside it (trueno's Layer -> Brick -> Kernel).
 
     Args:
@@ -245,15 +242,13 @@ class layer(_Scope):  # noqa: N801
         _check_index(index, "layer index")
         self._name = "layer"
         self._category = None
-        self._brick = None
         self._elements = 0
         self._index = index
         self._stream = None
-        self._stream_ref = None
         self._attributes = attributes or None
 
 
-class step(_Scope):  # noqa: N801
+class Step(_Scope):
     """One step (a decode step, a training iteration). Its end is a sync point in deferred mode.
 
     Args:
@@ -269,12 +264,94 @@ class step(_Scope):  # noqa: N801
         _check_index(number, "step number")
         self._name = "step"
         self._category = None
-        self._brick = None
         self._elements = 0
         self._index = number
         self._stream = None
-        self._stream_ref = None
         self._attributes = attributes or None
+
+
+# Scope objects are immutable and stateless, so the factories hand out one shared
+# object per name (or index) for the plain form, ``brick("rms_norm")``: building a
+# scope per call is the common idiom and the object's construction was the bulk of
+# a disabled scope's cost (171 -> 104 ns, benchmarks/hot_path.py). Bounded, so
+# names built from data cannot grow it without limit.
+_CACHE_LIMIT = 4096
+_bricks: dict[str, Brick] = {}
+_kernels: dict[str, Kernel] = {}
+_layers: dict[int, Layer] = {}
+_steps: dict[int, Step] = {}
+
+
+def brick(name: str, category: str | None = None, elements: int = 0, stream: Any = None, **attributes: Any) -> Brick:
+    """A brick scope: one logical operation (``rms_norm``, ``attention_score``, an all-reduce).
+
+    A context manager and a decorator. Arguments as :class:`Brick`.
+
+    .. versionadded:: 0.1.0
+    """
+    if category is None and not elements and stream is None and not attributes:
+        try:
+            return _bricks[name]
+        except (KeyError, TypeError):  # new name, or not a str (Brick() says why)
+            scope = Brick(name)
+            if len(_bricks) < _CACHE_LIMIT:
+                _bricks[name] = scope
+            return scope
+    return Brick(name, category, elements, stream, **attributes)
+
+
+def kernel(
+    name: str,
+    grid: Any = None,
+    block: Any = None,
+    shared_mem_bytes: int | None = None,
+    stream: Any = None,
+    **attributes: Any,
+) -> Kernel:
+    """A kernel scope: one launch inside a brick, with its launch configuration.
+
+    A context manager and a decorator. Arguments as :class:`Kernel`.
+
+    .. versionadded:: 0.1.0
+    """
+    if grid is None and block is None and shared_mem_bytes is None and stream is None and not attributes:
+        try:
+            return _kernels[name]
+        except (KeyError, TypeError):
+            scope = Kernel(name)
+            if len(_kernels) < _CACHE_LIMIT:
+                _kernels[name] = scope
+            return scope
+    return Kernel(name, grid, block, shared_mem_bytes, stream, **attributes)
+
+
+def layer(index: int, **attributes: Any) -> Layer:
+    """A layer scope grouping bricks (trueno's Layer -> Brick -> Kernel). Arguments as :class:`Layer`.
+
+    .. versionadded:: 0.1.0
+    """
+    return _indexed(Layer, _layers, index, attributes)
+
+
+def step(number: int, **attributes: Any) -> Step:
+    """A step scope (decode step, training iteration); its end is a sync point in deferred mode.
+
+    Arguments as :class:`Step`.
+
+    .. versionadded:: 0.1.0
+    """
+    return _indexed(Step, _steps, number, attributes)
+
+
+def _indexed(cls: Any, cache: dict[int, Any], index: int, attributes: dict[str, Any]) -> Any:
+    if attributes:
+        return cls(index, **attributes)
+    scope = cache.get(index) if type(index) is int else None
+    if scope is None:
+        scope = cls(index)
+        if len(cache) < _CACHE_LIMIT:
+            cache[index] = scope
+    return scope
 
 
 class BrickHandle:
@@ -282,12 +359,12 @@ class BrickHandle:
 
     __slots__ = ("_record", "_scope")
 
-    def __init__(self, scope: brick, record: Record | None) -> None:
+    def __init__(self, scope: Brick, record: Record | None) -> None:
         self._scope = scope
         self._record = record
 
 
-class _HandleBrick(brick):
+class _HandleBrick(Brick):
     """A brick opened by start_brick: it never becomes the current OTel span, because
     its end may come from another task, out of order with the OTel context stack."""
 
@@ -341,7 +418,9 @@ def sync(timeout_millis: float | None = None) -> bool:
     return recorder.sync(block=True, timeout_millis=timeout_millis)
 
 
-def _check_elements(elements: object) -> None:
+def _check_brick(name: object, category: object, elements: object) -> None:
+    _catalog.check_name(name)
+    _catalog.check_category(category)
     if not isinstance(elements, int) or isinstance(elements, bool):
         raise TypeError(f"brickscope: elements must be an int, got {type(elements).__name__}")
     if elements < 0:

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import metrics as otel_metrics
-from opentelemetry import trace as otel_trace
+from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import NonRecordingSpan
 
+from brickscope._otel_context import EMPTY_CONTEXT, with_span
 from brickscope.trace import attributes as A
 from brickscope.version import __version__
 
@@ -79,7 +80,10 @@ class CategoryAggregator(SpanProcessor):
     """
 
     def __init__(self, meter_provider: otel_metrics.MeterProvider | None = None) -> None:
-        meter = (meter_provider or otel_metrics.get_meter_provider()).get_meter("brickscope", __version__)
+        meter_provider = meter_provider or otel_metrics.get_meter_provider()
+        meter = meter_provider.get_meter("brickscope", __version__)
+        # Exemplars cost a context per span; only an SDK MeterProvider can keep them.
+        self._exemplars = isinstance(meter_provider, SdkMeterProvider)
         self._duration = meter.create_histogram(
             A.METRIC_BRICK_DURATION, unit="s", description="Self time of a brick (nested bricks excluded)."
         )
@@ -89,7 +93,6 @@ class CategoryAggregator(SpanProcessor):
         self._lock = threading.Lock()
         self._metric_labels: dict[tuple[str, str], dict[str, str]] = {}
         self.bricks: dict[str, Stat] = {}
-        self.categories: dict[str, Stat] = {}
         self.brick_category: dict[str, str] = {}
         self.clocks: set[str] = set()
         self.errors = 0
@@ -122,18 +125,30 @@ class CategoryAggregator(SpanProcessor):
             stat = self.bricks[name] = Stat()
             self.brick_category[name] = category
         stat.add(self_ns, elements)
-        stat = self.categories.get(category)
-        if stat is None:
-            stat = self.categories[category] = Stat()
-        stat.add(self_ns, elements)
         self.clocks.add(attributes.get(A.CLOCK, A.CLOCK_HOST))
         labels = self._metric_labels.get((name, category))
         if labels is None:
             labels = self._metric_labels[(name, category)] = {A.BRICK_NAME: name, A.BRICK_CATEGORY: category}
-        exemplar_context = otel_trace.set_span_in_context(NonRecordingSpan(span.context))
-        self._duration.record(self_ns / 1e9, labels, context=exemplar_context)
+        # The context the SDK reads exemplars from: this span as the current one.
+        context = with_span(EMPTY_CONTEXT, NonRecordingSpan(span.context)) if self._exemplars else None
+        self._duration.record(self_ns / 1e9, labels, context=context)
         if elements:
-            self._elements.add(elements, labels, context=exemplar_context)
+            self._elements.add(elements, labels, context=context)
+
+    @property
+    def categories(self) -> dict[str, Stat]:
+        """Per-category aggregates, summed from the bricks of each category."""
+        with self._lock:
+            categories: dict[str, Stat] = {}
+            for name, stat in self.bricks.items():
+                total = categories.setdefault(self.brick_category[name], Stat())
+                if stat.count:
+                    total.min_ns = stat.min_ns if not total.count else min(total.min_ns, stat.min_ns)
+                    total.max_ns = max(total.max_ns, stat.max_ns)
+                total.count += stat.count
+                total.total_ns += stat.total_ns
+                total.elements += stat.elements
+            return categories
 
     def total_ns(self) -> int:
         """Sum of all brick self times: the denominator of every share."""
@@ -149,7 +164,6 @@ class CategoryAggregator(SpanProcessor):
         """Forget everything aggregated so far."""
         with self._lock:
             self.bricks.clear()
-            self.categories.clear()
             self.brick_category.clear()
             self.clocks.clear()
 

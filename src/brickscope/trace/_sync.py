@@ -34,7 +34,27 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 from brickscope import _otel_context, _record
 from brickscope._clock import EPOCH_OFFSET_NS, perf_counter_ns
 from brickscope._record import KIND_BRICK, KIND_KERNEL, KIND_LAYER, KIND_NAMES, KIND_STEP, Record
-from brickscope.trace import attributes as A
+from brickscope.trace.attributes import (
+    BRICK_CATEGORY,
+    BRICK_ELEMENTS,
+    BRICK_NAME,
+    BRICK_SELF_DURATION_NS,
+    CLOCK,
+    CLOCK_CUDA,
+    CLOCK_HOST,
+    GPU_DEVICE_ID,
+    GPU_DURATION_NS,
+    GPU_STREAM_ID,
+    GPU_TIMING_ERROR,
+    HOST_DURATION_NS,
+    HOST_START_NS,
+    KERNEL_NAME,
+    LAYER_INDEX,
+    SCOPE_KIND,
+    STEP_NUMBER,
+    THREAD_ID,
+    THREAD_NAME,
+)
 from brickscope.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -44,6 +64,7 @@ SYNC_MODES = ("immediate", "per_layer", "deferred", "none")
 
 _SAMPLED = _otel_context.SAMPLED
 _SCOPE_SPAN = _otel_context.ScopeSpan(_record.TOP.get)
+_UNSET = Status(StatusCode.UNSET)
 _BLOCK = 1  # sync, waiting for the GPU
 _POLL = 2  # sync what is already complete
 _INSTRUMENTATION_SCOPE = InstrumentationScope("brickscope", __version__)
@@ -104,7 +125,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
             raise ValueError(f"brickscope: max_delay_millis must be > 0, got {max_delay_millis!r}")
         self.sync_mode = sync_mode
         self.timer = None if sync_mode == "none" else timer
-        self.clock = A.CLOCK_CUDA if self.timer is not None else A.CLOCK_HOST
+        self.clock = CLOCK_CUDA if self.timer is not None else CLOCK_HOST
         self.max_pending = max_pending
         self.propagate_context = propagate_context
         self.time_kernels = time_kernels
@@ -117,6 +138,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         self._pending: deque[Record] = deque()
         self._lock = threading.RLock()
         self._thread_names: dict[int, str] = {}
+        self._stream_refs: dict[Any, Any] = {}
         self._shutdown = False
         self._warned: set[str] = set()
         self._counts = dict.fromkeys(
@@ -179,6 +201,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         rec.recorder = self
         rec.link = top
         rec.span_id = 0
+        rec.span_context = None
         rec.thread_id = tid = threading.get_ident()
         if tid not in self._thread_names:
             self._thread_names[tid] = threading.current_thread().name
@@ -186,6 +209,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         rec.error = None
         rec.gpu_error = None
         rec.nested_ns = 0
+        rec.enclosing = None
         _record.TOP.set(rec)
         timer = self.timer
         if timer is not None and rec.sampled and (owner._kind != KIND_KERNEL or self.time_kernels):
@@ -200,12 +224,16 @@ class GpuSyncSpanProcessor(SpanProcessor):
 
     def _stream_of(self, owner: Any, top: Record | None) -> Any:
         """The timer's StreamRef for a scope: its own stream, else the enclosing scope's."""
-        if owner._stream is None and top is not None and top.stream is not None:
+        stream = owner._stream
+        if stream is None and top is not None and top.stream is not None:
             return top.stream
-        cached = owner._stream_ref
-        if cached is None or cached[0] is not self.timer:
-            cached = owner._stream_ref = (self.timer, self.timer.stream_ref(owner._stream))
-        return cached[1]
+        try:
+            return self._stream_refs[stream]
+        except KeyError:
+            ref = self._stream_refs[stream] = self.timer.stream_ref(stream)
+        except TypeError:  # an unhashable stream object
+            ref = self.timer.stream_ref(stream)
+        return ref
 
     def close(self, rec: Record, error: BaseException | None) -> None:
         """Pop ``rec`` and queue it for resolution; a sync point if the policy says so."""
@@ -325,54 +353,49 @@ class GpuSyncSpanProcessor(SpanProcessor):
         host_start = rec.host_start + EPOCH_OFFSET_NS
         host_duration = rec.host_end - rec.host_start
         attributes: dict[str, Any] = {
-            A.SCOPE_KIND: KIND_NAMES[kind],
-            A.HOST_START_NS: host_start,
-            A.HOST_DURATION_NS: host_duration,
-            A.THREAD_ID: rec.thread_id,
-            A.THREAD_NAME: self._thread_names.get(rec.thread_id, ""),
+            SCOPE_KIND: KIND_NAMES[kind],
+            HOST_START_NS: host_start,
+            HOST_DURATION_NS: host_duration,
+            THREAD_ID: rec.thread_id,
+            THREAD_NAME: self._thread_names.get(rec.thread_id, ""),
         }
         start, end = host_start, host_start + host_duration
-        clock = A.CLOCK_HOST
+        clock = CLOCK_HOST
         if rec.start_mark >= 0:
             if rec.end_mark < 0 and rec.gpu_error is None:
                 rec.gpu_error = "mark_failed"
             interval = self._gpu_interval(rec) if rec.end_mark >= 0 else None
             if interval is not None:
                 start, end = interval
-                clock = A.CLOCK_CUDA
-                attributes[A.GPU_DURATION_NS] = end - start
-                attributes[A.GPU_DEVICE_ID] = rec.stream.device
-                attributes[A.GPU_STREAM_ID] = rec.stream.handle
+                clock = CLOCK_CUDA
+                attributes[GPU_DURATION_NS] = end - start
+                attributes[GPU_DEVICE_ID] = rec.stream.device
+                attributes[GPU_STREAM_ID] = rec.stream.handle
         if rec.gpu_error is not None:
-            attributes[A.GPU_TIMING_ERROR] = rec.gpu_error
+            attributes[GPU_TIMING_ERROR] = rec.gpu_error
             self._counts["gpu_timing_errors"] += 1
-        attributes[A.CLOCK] = clock
+        attributes[CLOCK] = clock
         brick, layer_index, step_number = _enclosing(rec)
         if brick is not None:
-            attributes[A.BRICK_NAME] = brick.name
-            attributes[A.BRICK_CATEGORY] = brick.category
+            attributes[BRICK_NAME] = brick.name
+            attributes[BRICK_CATEGORY] = brick.category
         if layer_index is not None:
-            attributes[A.LAYER_INDEX] = layer_index
+            attributes[LAYER_INDEX] = layer_index
         if step_number is not None:
-            attributes[A.STEP_NUMBER] = step_number
+            attributes[STEP_NUMBER] = step_number
         if kind == KIND_BRICK:
-            attributes[A.BRICK_SELF_DURATION_NS] = self._self_time(rec, end - start)
+            attributes[BRICK_SELF_DURATION_NS] = self._self_time(rec, end - start)
             if owner._elements:
-                attributes[A.BRICK_ELEMENTS] = owner._elements
+                attributes[BRICK_ELEMENTS] = owner._elements
         elif kind == KIND_KERNEL:
-            attributes[A.KERNEL_NAME] = owner._name
+            attributes[KERNEL_NAME] = owner._name
         if owner._attributes:
             attributes.update(owner._attributes)
 
-        span_id = _otel_context.assign_span_id(rec, self._id_generator)
         parent = rec.parent
-        if parent is not None:
-            parent_id = _otel_context.assign_span_id(parent, self._id_generator)
-            parent_context = SpanContext(rec.trace_id, parent_id, False, _SAMPLED)
-        else:
-            parent_context = rec.otel_parent
+        parent_context = self._span_context(parent) if parent is not None else rec.otel_parent
         events: tuple[Event, ...] = ()
-        status = Status(StatusCode.UNSET)
+        status = _UNSET
         if rec.error is not None:
             type_name, message, stacktrace = rec.error
             events = (
@@ -391,7 +414,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         self._counts["spans_emitted"] += 1
         return ReadableSpan(
             name=owner._name,
-            context=SpanContext(rec.trace_id, span_id, False, _SAMPLED),
+            context=self._span_context(rec),
             parent=parent_context,
             resource=self._resource,
             attributes=attributes,
@@ -402,6 +425,14 @@ class GpuSyncSpanProcessor(SpanProcessor):
             end_time=end,
             instrumentation_scope=_INSTRUMENTATION_SCOPE,
         )
+
+    def _span_context(self, rec: Record) -> SpanContext:
+        """rec's SpanContext, made once: siblings share their parent's."""
+        context = rec.span_context
+        if context is None:
+            span_id = _otel_context.assign_span_id(rec, self._id_generator)
+            context = rec.span_context = SpanContext(rec.trace_id, span_id, False, _SAMPLED)
+        return context
 
     def _self_time(self, rec: Record, duration: int) -> int:
         """rec's duration minus its nested bricks'; credits rec to its enclosing brick.
@@ -480,7 +511,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         self._lock = threading.RLock()
         if self.timer is not None:
             self.timer = None
-            self.clock = A.CLOCK_HOST
+            self.clock = CLOCK_HOST
 
     def _log_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -503,22 +534,23 @@ def _static_root_decision(sampler: Any) -> bool | None:
 
 
 def _enclosing(rec: Record) -> tuple[Any, int | None, int | None]:
-    """(brick info, layer index, step number) of rec or the nearest scopes around it."""
-    brick = layer_index = step_number = None
-    while rec is not None:
+    """(brick info, layer index, step number) of rec or the nearest scopes around it.
+
+    Memoised on each record, so siblings share their ancestors' answer.
+    """
+    found = rec.enclosing
+    if found is None:
+        brick, layer_index, step_number = _enclosing(rec.link) if rec.link is not None else (None, None, None)
         owner = rec.owner
         kind = owner._kind
         if kind == KIND_BRICK:
-            if brick is None:
-                brick = owner.brick_info()
+            brick = owner.brick_info()
         elif kind == KIND_LAYER:
-            if layer_index is None:
-                layer_index = owner._index
+            layer_index = owner._index
         elif kind == KIND_STEP:
-            if step_number is None:
-                step_number = owner._index
-        rec = rec.link
-    return brick, layer_index, step_number
+            step_number = owner._index
+        found = rec.enclosing = (brick, layer_index, step_number)
+    return found
 
 
 def _describe(error: BaseException) -> tuple[str, str, str]:
