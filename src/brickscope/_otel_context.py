@@ -30,8 +30,7 @@ else:  # pragma: no cover - only with a non-default OTEL_PYTHON_CONTEXT
 
 EMPTY_CONTEXT = Context()
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-_NOT_EMPTY_CONTEXT = Context()
-SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _id_lock = threading.Lock()
 
 

@@ -400,7 +400,7 @@ def end_brick(handle: BrickHandle, error: BaseException | None = None) -> None:
         return
     if rec.ended:
         rec.recorder.count("misuse")
-        _warn_once("end_brick_twice", "brickscope: brick %r ended twice; ignored", rec.name)
+        _warn_once("end_brick_twice", "brickscope: brick %r ended twice; ignored", rec.owner._name)
         return
     _exit(rec, error)
 

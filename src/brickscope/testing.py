@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from brickscope import _catalog, _config, _record, _state
+from brickscope import _catalog, _config, _record, _scope, _state
 from brickscope.trace import attributes as A
 
 
@@ -82,4 +82,5 @@ def reset_globals() -> None:
         _config.shutdown()
     _state.recorder = _state.configured = None
     _catalog.reset()
+    _scope._warned.clear()  # noqa: SLF001 - so each test sees its own once-only warnings
     _record.TOP.set(None)
