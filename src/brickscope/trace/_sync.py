@@ -134,7 +134,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         self._id_generator = tracer_provider.id_generator
         self._root_sampled = _static_root_decision(tracer_provider.sampler)
         self._max_delay_ns = int(max_delay_millis * 1e6)
-        self._next_poll_ns = 0
+        self._next_poll_ns = perf_counter_ns() + self._max_delay_ns
         self._pending: deque[Record] = deque()
         self._lock = threading.RLock()
         self._thread_names: dict[int, str] = {}

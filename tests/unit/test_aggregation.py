@@ -1,0 +1,160 @@
+# SPDX-License-Identifier: Apache-2.0
+"""CategoryAggregator: totals equal what the exported spans say, nested bricks never count twice."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import defaultdict
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+import brickscope as bs
+from brickscope.testing import capture_spans
+from brickscope.trace import attributes as A
+
+
+def independent_self_times(spans):
+    """Self time per brick computed from scratch: duration minus nested bricks' durations,
+    where 'nested' follows the span tree through any non-brick spans."""
+    by_id = {s.context.span_id: s for s in spans}
+    nested = defaultdict(int)
+    for span in spans:
+        if span.attributes.get(A.SCOPE_KIND) != "brick":
+            continue
+        parent = by_id.get(span.parent.span_id) if span.parent else None
+        while parent is not None and parent.attributes.get(A.SCOPE_KIND) != "brick":
+            parent = by_id.get(parent.parent.span_id) if parent.parent else None
+        if parent is not None:
+            nested[parent.context.span_id] += span.end_time - span.start_time
+    return {
+        s.context.span_id: (s.end_time - s.start_time) - nested[s.context.span_id]
+        for s in spans
+        if s.attributes.get(A.SCOPE_KIND) == "brick"
+    }
+
+
+class TestCategoryAggregator:
+    def test_totals_equal_independent_sums_over_exported_spans(self):
+        """Per-brick and per-category count/total/min/max/elements match sums over the spans."""
+        rng = random.Random(7)
+        with capture_spans() as captured:
+            tracer = captured.session.tracer_provider.get_tracer("app")
+            for step in range(3):
+                with bs.step(step):
+                    for layer in range(2):
+                        with bs.layer(layer):
+                            for name in ("rms_norm", "attention_score", "ffn_up"):
+                                with bs.brick(name, elements=rng.randint(1, 100)):
+                                    with bs.kernel("k"):
+                                        time.sleep(rng.random() / 2000)
+                                    if name == "ffn_up":
+                                        with tracer.start_as_current_span("user"):
+                                            with bs.brick("activation", elements=3):
+                                                time.sleep(0.0005)
+            spans = captured.spans
+            aggregator = captured.session.aggregator
+            self_times = independent_self_times(spans)
+            expected = defaultdict(lambda: {"count": 0, "total": 0, "min": None, "max": 0, "elements": 0})
+            for span in spans:
+                if span.attributes.get(A.SCOPE_KIND) != "brick":
+                    continue
+                row = expected[span.name]
+                value = self_times[span.context.span_id]
+                row["count"] += 1
+                row["total"] += value
+                row["min"] = value if row["min"] is None else min(row["min"], value)
+                row["max"] = max(row["max"], value)
+                row["elements"] += span.attributes.get(A.BRICK_ELEMENTS, 0)
+            for name, row in expected.items():
+                stat = aggregator.bricks[name]
+                assert (stat.count, stat.total_ns, stat.min_ns, stat.max_ns, stat.elements) == (
+                    row["count"], row["total"], row["min"], row["max"], row["elements"]
+                ), name
+            categories = aggregator.categories
+            assert categories["ffn"].total_ns == expected["ffn_up"]["total"] + expected["activation"]["total"]
+            assert categories["ffn"].count == 12
+            assert aggregator.total_ns() == sum(self_times.values())
+
+    def test_nested_bricks_are_not_double_counted(self):
+        """A brick around a brick: the outer's self time excludes the inner; the sum equals the outer's duration."""
+        with capture_spans() as captured:
+            with bs.brick("all_reduce"):
+                time.sleep(0.002)
+                with bs.brick("memcpy_d2h"):
+                    time.sleep(0.004)
+            spans = {s.name: s for s in captured.spans}
+            aggregator = captured.session.aggregator
+            outer = spans["all_reduce"]
+            inner = spans["memcpy_d2h"]
+            assert aggregator.total_ns() == outer.end_time - outer.start_time
+            assert aggregator.bricks["all_reduce"].total_ns == (outer.end_time - outer.start_time) - (
+                inner.end_time - inner.start_time
+            )
+            assert outer.attributes[A.BRICK_SELF_DURATION_NS] == aggregator.bricks["all_reduce"].total_ns
+
+    def test_throughput_and_share(self):
+        """elements/s is elements over self seconds; shares add up to 1."""
+        with capture_spans() as captured:
+            with bs.brick("embedding", elements=1000):
+                time.sleep(0.002)
+            with bs.brick("lm_head", elements=10):
+                time.sleep(0.001)
+            report = json.loads(captured.session.report("json"))
+        rows = {row["name"]: row for row in report["bricks"]}
+        assert rows["embedding"]["elements_per_second"] == pytest.approx(1000 / (rows["embedding"]["total_ns"] / 1e9))
+        assert sum(row["share"] for row in report["bricks"]) == pytest.approx(1.0)
+        assert {row["name"] for row in report["categories"]} == {"embedding"}
+        assert report["clocks"] == ["host"]
+
+    def test_metrics_carry_brick_and_category_only_with_exemplars(self):
+        """The duration histogram and elements counter are labelled by brick and category, never kernel,
+        and carry exemplars pointing at the brick spans."""
+        reader = InMemoryMetricReader()
+        meters = MeterProvider(metric_readers=[reader])
+        with capture_spans(meter_provider=meters) as captured:
+            for _ in range(4):
+                with bs.brick("rms_norm", elements=8), bs.kernel("rms_kernel_v2"):
+                    pass
+            bricks = captured.bricks()
+            data = reader.get_metrics_data()
+        metrics = {
+            m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+        }
+        (point,) = metrics[A.METRIC_BRICK_DURATION].data.data_points
+        assert dict(point.attributes) == {A.BRICK_NAME: "rms_norm", A.BRICK_CATEGORY: "norm"}
+        assert point.count == 4
+        assert point.sum == pytest.approx(sum(b.attributes[A.BRICK_SELF_DURATION_NS] for b in bricks) / 1e9)
+        span_ids = {b.context.span_id for b in bricks}
+        assert point.exemplars and all(e.span_id in span_ids for e in point.exemplars)
+        (counter,) = metrics[A.METRIC_BRICK_ELEMENTS].data.data_points
+        assert counter.value == 32
+        assert "rms_kernel_v2" not in repr(data)
+
+
+class TestReport:
+    def test_text_markdown_and_json_agree(self):
+        """The three formats list the same bricks and categories; text has both sections."""
+        with capture_spans() as captured:
+            with bs.brick("rms_norm", elements=5):
+                pass
+            with bs.brick("attention_score"):
+                pass
+            text = captured.session.report()
+            markdown = captured.session.report("markdown")
+            data = json.loads(captured.session.report("json"))
+        assert "Self time by brick" in text and "Self time by category" in text
+        for name in ("rms_norm", "attention_score", "norm", "attention"):
+            assert name in text
+            assert f"| {name} |" in markdown
+        assert {row["name"] for row in data["bricks"]} == {"rms_norm", "attention_score"}
+        assert {row["name"] for row in data["categories"]} == {"norm", "attention"}
+
+    def test_unknown_format_is_an_error(self):
+        """report('xml') raises ValueError naming the formats."""
+        with capture_spans() as captured:
+            with pytest.raises(ValueError, match="markdown"):
+                captured.session.report("xml")
