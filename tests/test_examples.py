@@ -1,0 +1,31 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The examples run end to end as a user would run them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+# Per decode step of the quickstart's 4-layer decoder: 64 bricks, 50 kernels, 4 layers, 1 step.
+SPANS_PER_STEP = 64 + 50 + 4 + 1
+
+
+class TestQuickstart:
+    def test_quickstart_runs_and_reports(self, tmp_path):
+        """quickstart.py decodes, prints both report sections and emits every scope as a span."""
+        result = subprocess.run(
+            [sys.executable, str(EXAMPLES / "quickstart.py"), "--out", str(tmp_path), "--steps", "3", "--clock", "host"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        out = result.stdout
+        assert "Self time by brick (clock: host" in out
+        assert "Self time by category" in out
+        for brick in ("rms_norm", "qkv_projection", "rope", "attention_score", "ffn_down", "lm_head", "sampling"):
+            assert brick in out
+        assert f"spans emitted: {3 * SPANS_PER_STEP}, forced syncs: 0, GPU timing errors: 0" in out
