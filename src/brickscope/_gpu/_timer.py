@@ -336,9 +336,9 @@ class CudaTimer:
                 err = self._record(event, cu)[0]
             else:
                 err = in_context(self._drv, c.ctx, self._record, event, cu)[0]
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - the hot path never raises
             pool.free.append(event)
-            return self._fail(type(exc).__name__, str(exc))
+            return self._fail(exc.code_name if isinstance(exc, CudaError) else type(exc).__name__, str(exc))
         if err is not self._success:
             pool.free.append(event)
             return self._fail(error_name(err), "cuEventRecord failed")
