@@ -23,6 +23,7 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import TracerProvider
 
 from brickscope import _record, _state
+from brickscope._clock import host_ns
 from brickscope import environment_variables as env
 from brickscope.trace._aggregation import CategoryAggregator
 from brickscope.trace._sync import SYNC_MODES, GpuSyncSpanProcessor
@@ -231,7 +232,7 @@ def _make_timer(clock: str) -> tuple[Any, str | None]:
         logger.warning("brickscope: timing on the host clock: %s", reason)
         return None, reason
     try:
-        return CudaTimer(), None
+        return CudaTimer(host_ns=host_ns), None
     except CudaUnavailable as exc:
         if clock == "cuda":
             raise ValueError(f"brickscope: clock='cuda' requested but CUDA is unusable: {exc.reason}") from exc

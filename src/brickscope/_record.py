@@ -47,6 +47,8 @@ class Record:
         "ended",
         "context_token",  # token of the OTel context this scope attached, or None
         "nested_ns",  # durations of bricks nested in this brick, summed at resolution
+        "gpu_first",  # extent of GPU-timed scopes inside this one, epoch ns (0: none yet)
+        "gpu_last",
         "enclosing",  # (brick, layer index, step number) around and including it; at resolution
     )
 

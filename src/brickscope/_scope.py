@@ -26,6 +26,7 @@ import logging
 from typing import Any, Callable, TypeVar
 
 from brickscope import _catalog, _record, _state
+from brickscope._gpu._streams import stream_handle
 from brickscope._record import KIND_BRICK, KIND_KERNEL, KIND_LAYER, KIND_STEP, Record
 
 logger = logging.getLogger(__name__)
@@ -35,10 +36,10 @@ _warned: set[str] = set()
 _TOP_get = _record.TOP.get
 
 
-def _warn_once(key: str, message: str, *args: object) -> None:
+def _warn_once(key: str, message: str, *args: object, exc_info: bool = False) -> None:
     if key not in _warned:
         _warned.add(key)
-        logger.warning(message, *args)
+        logger.warning(message, *args, exc_info=exc_info)
 
 
 def _enter(scope: _Scope) -> Record | None:
@@ -169,6 +170,8 @@ class Brick(_Scope):
             or (category is not None and type(category) is not str)
         ):
             _check_brick(name, category, elements)
+        if stream is not None:
+            stream_handle(stream)  # TypeError/ValueError now, not at the first enter
         self._name = name
         self._category = category
         self._elements = elements
@@ -209,6 +212,8 @@ class Kernel(_Scope):
         **attributes: Any,
     ) -> None:
         _catalog.check_name(name)
+        if stream is not None:
+            stream_handle(stream)
         launch: dict[str, Any] = {}
         if grid is not None:
             launch["brickscope.kernel.grid"] = _dims(grid, "grid")

@@ -129,6 +129,10 @@ class GpuSyncSpanProcessor(SpanProcessor):
         self.max_pending = max_pending
         self.propagate_context = propagate_context
         self.time_kernels = time_kernels
+        # Which kinds get their own CUDA events (step, layer, brick, kernel). Steps and
+        # layers have no stream of their own: their GPU interval is the extent of the
+        # GPU-timed scopes inside them (see _build).
+        self._gpu_timed = (False, False, True, time_kernels)
         self._provider = tracer_provider
         self._resource = tracer_provider.resource
         self._id_generator = tracer_provider.id_generator
@@ -153,6 +157,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
                 "scope_errors",
                 "misuse",
                 "self_time_clamped",
+                "reanchor_errors",
             ),
             0,
         )
@@ -210,11 +215,20 @@ class GpuSyncSpanProcessor(SpanProcessor):
         rec.gpu_error = None
         rec.nested_ns = 0
         rec.enclosing = None
+        rec.gpu_first = rec.gpu_last = 0
         _record.TOP.set(rec)
         timer = self.timer
-        if timer is not None and rec.sampled and (owner._kind != KIND_KERNEL or self.time_kernels):
-            rec.stream = stream = self._stream_of(owner, top)
-            rec.start_mark = timer.mark(stream)
+        if timer is not None and rec.sampled and self._gpu_timed[owner._kind]:
+            try:
+                rec.stream = stream = self._stream_of(owner, top)
+            except Exception as exc:  # e.g. the driver failing to set up the stream's context
+                rec.stream = None
+                rec.start_mark = -1
+                rec.gpu_error = getattr(exc, "code_name", type(exc).__name__)
+            else:
+                rec.start_mark = mark = timer.mark(stream)
+                if mark < 0:
+                    rec.gpu_error = "mark_failed"
         else:
             rec.stream = None
             rec.start_mark = -1
@@ -302,8 +316,11 @@ class GpuSyncSpanProcessor(SpanProcessor):
         pending = self._pending
         timer = self.timer
         emit = self._emit
-        if timer is not None:
-            timer.reanchor()
+        if block and timer is not None:
+            try:
+                timer.reanchor()  # a sync point: refresh the GPU-host time correlation
+            except Exception:  # the records will meet the same fault and say so
+                self._counts["reanchor_errors"] += 1
         while pending:
             rec = pending[0]
             if rec.end_mark >= 0 and not self._gpu_ready(rec, block, deadline):
@@ -333,10 +350,13 @@ class GpuSyncSpanProcessor(SpanProcessor):
             return True
 
     def _gpu_interval(self, rec: Record) -> tuple[int, int] | None:
-        """(start, end) epoch ns of rec's GPU work, or None with rec.gpu_error set."""
+        """(start, end) epoch ns of rec's GPU work, or None with rec.gpu_error set.
+        Releases rec's events either way."""
         timer = self.timer
         try:
-            if rec.gpu_error is None:
+            if rec.end_mark < 0:
+                rec.gpu_error = rec.gpu_error or "mark_failed"
+            elif rec.gpu_error is None:
                 start = timer.host_time_ns(rec.start_mark)
                 return start, start + timer.elapsed_ns(rec.start_mark, rec.end_mark)
         except Exception as exc:
@@ -362,15 +382,20 @@ class GpuSyncSpanProcessor(SpanProcessor):
         start, end = host_start, host_start + host_duration
         clock = CLOCK_HOST
         if rec.start_mark >= 0:
-            if rec.end_mark < 0 and rec.gpu_error is None:
-                rec.gpu_error = "mark_failed"
-            interval = self._gpu_interval(rec) if rec.end_mark >= 0 else None
+            interval = self._gpu_interval(rec)
             if interval is not None:
                 start, end = interval
                 clock = CLOCK_CUDA
                 attributes[GPU_DURATION_NS] = end - start
                 attributes[GPU_DEVICE_ID] = rec.stream.device
                 attributes[GPU_STREAM_ID] = rec.stream.handle
+        elif rec.gpu_first:
+            # A step or layer: the extent of the GPU work timed inside it.
+            start, end = rec.gpu_first, rec.gpu_last
+            clock = CLOCK_CUDA
+            attributes[GPU_DURATION_NS] = end - start
+        if clock == CLOCK_CUDA and rec.link is not None:
+            _widen_extent(rec.link, start, end)
         if rec.gpu_error is not None:
             attributes[GPU_TIMING_ERROR] = rec.gpu_error
             self._counts["gpu_timing_errors"] += 1
@@ -531,6 +556,14 @@ def _static_root_decision(sampler: Any) -> bool | None:
     if isinstance(sampler, StaticSampler):
         return sampler._decision == Decision.RECORD_AND_SAMPLE  # noqa: SLF001
     return None
+
+
+def _widen_extent(rec: Record, start: int, end: int) -> None:
+    """Grow the GPU extent of ``rec`` (a scope around GPU-timed work) to cover [start, end]."""
+    if not rec.gpu_first or start < rec.gpu_first:
+        rec.gpu_first = start
+    if end > rec.gpu_last:
+        rec.gpu_last = end
 
 
 def _enclosing(rec: Record) -> tuple[Any, int | None, int | None]:

@@ -1,0 +1,275 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Scopes timed with CUDA events end to end: real cuda-bindings, simulated driver, OTel spans."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import brickscope as bs
+from brickscope.trace import attributes as A
+
+pytestmark = pytest.mark.gpu
+
+MS = 1_000_000
+QUANTUM_NS = 500  # cuEventElapsedTime resolution
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def new_stream(device: int = 0, flags: int = 0x1) -> Any:
+    """A stream the program creates (non-blocking by default), as an int handle."""
+    from cuda.bindings import driver as drv
+
+    drv.cuCtxPushCurrent(drv.cuDevicePrimaryCtxRetain(device)[1])
+    stream = drv.cuStreamCreate(flags)[1]
+    drv.cuCtxPopCurrent()
+    return int(stream)
+
+
+@pytest.fixture(name="pipeline")
+def _pipeline(simdriver):
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    bs.shutdown()
+
+
+def configure(provider, **kwargs):
+    kwargs.setdefault("max_delay_millis", 60_000)
+    session = bs.configure(provider, clock="cuda", **kwargs)
+    assert session.clock == "cuda"
+    return session
+
+
+class TestGpuTiming:
+    def test_brick_reports_the_kernels_gpu_time_not_the_host_time(self, pipeline, simdriver):
+        """A brick around a 2 ms simulated kernel lasts 2 ms on the GPU; its host scope takes microseconds."""
+        provider, exporter = pipeline
+        configure(provider)
+        stream = new_stream()
+        # Earlier work keeps the stream busy, as in a real decode loop: the brick's start
+        # event completes when that work ends and the 2 ms kernel follows it directly. (On an
+        # idle stream the GPU interval would also hold the host's launch gap, as on a GPU.)
+        simdriver.enqueue_kernel(stream, 5 * MS)
+        with bs.brick("ffn_down", stream=stream):
+            simdriver.enqueue_kernel(stream, 2 * MS)
+        assert bs.sync() is True
+        (span,) = exporter.get_finished_spans()
+        attributes = span.attributes
+        assert attributes[A.CLOCK] == "cuda"
+        assert abs(attributes[A.GPU_DURATION_NS] - 2 * MS) <= QUANTUM_NS
+        assert span.end_time - span.start_time == attributes[A.GPU_DURATION_NS]
+        assert attributes[A.HOST_DURATION_NS] < 1 * MS
+        assert attributes[A.GPU_STREAM_ID] == stream
+        assert attributes[A.GPU_DEVICE_ID] == 0
+        # GPU work starts after the launch on the host (behind the 5 ms already queued)
+        assert attributes[A.HOST_START_NS] + 4 * MS <= span.start_time <= attributes[A.HOST_START_NS] + 6 * MS
+
+    def test_deferred_never_blocks_inside_the_loop(self, pipeline, simdriver):
+        """Deferred mode makes no blocking driver call while bricks run; sync() resolves them all."""
+        provider, exporter = pipeline
+        configure(provider)
+        stream = new_stream()
+        simdriver.enqueue_kernel(stream, 5 * MS)  # keep the stream busy: bricks measure their kernels
+        before = simdriver.counters()["blocking_calls"]
+        with bs.layer(0):
+            for _ in range(50):
+                with bs.brick("attention_score", stream=stream):
+                    simdriver.enqueue_kernel(stream, 100_000)
+        assert simdriver.counters()["blocking_calls"] == before
+        assert exporter.get_finished_spans() == ()
+        assert bs.sync() is True
+        spans = exporter.get_finished_spans()
+        assert len(spans) == 51
+        bricks = [s for s in spans if s.name == "attention_score"]
+        assert all(abs(b.attributes[A.GPU_DURATION_NS] - 100_000) <= QUANTUM_NS for b in bricks)
+
+    def test_step_end_resolves_only_what_is_complete(self, pipeline, simdriver):
+        """At a step end in deferred mode, finished GPU work is emitted without blocking; the rest waits."""
+        provider, exporter = pipeline
+        session = configure(provider)
+        stream = new_stream()
+        before = simdriver.counters()["blocking_calls"]
+        with bs.step(0):
+            with bs.brick("rms_norm", stream=stream):
+                simdriver.enqueue_kernel(stream, 1)
+            time.sleep(0.002)
+            with bs.brick("ffn_up", stream=stream):
+                simdriver.enqueue_kernel(stream, 200 * MS)
+        assert simdriver.counters()["blocking_calls"] == before
+        assert [s.name for s in exporter.get_finished_spans()] == ["rms_norm"]
+        assert session.stats()["pending"] == 2
+        assert bs.sync() is True
+        assert [s.name for s in exporter.get_finished_spans()] == ["rms_norm", "ffn_up", "step"]
+
+    def test_per_layer_blocks_at_layer_end_only(self, pipeline, simdriver):
+        """per_layer: no blocking call at brick ends, blocking at the layer end, spans out then."""
+        provider, exporter = pipeline
+        configure(provider, sync_mode="per_layer")
+        stream = new_stream()
+        with bs.layer(0):
+            before = simdriver.counters()["blocking_calls"]
+            for _ in range(3):
+                with bs.brick("ffn_up", stream=stream):
+                    simdriver.enqueue_kernel(stream, 1 * MS)
+            assert simdriver.counters()["blocking_calls"] == before
+            assert exporter.get_finished_spans() == ()
+        assert simdriver.counters()["blocking_calls"] > before
+        assert len(exporter.get_finished_spans()) == 4
+
+    def test_immediate_blocks_at_each_brick(self, pipeline, simdriver):
+        """immediate: each brick end synchronizes its stream and emits its span at once."""
+        provider, exporter = pipeline
+        configure(provider, sync_mode="immediate")
+        stream = new_stream()
+        for i in range(3):
+            before = simdriver.counters()["blocking_calls"]
+            with bs.brick("ffn_up", stream=stream):
+                simdriver.enqueue_kernel(stream, 1 * MS)
+            assert simdriver.counters()["blocking_calls"] > before
+            assert len(exporter.get_finished_spans()) == i + 1
+
+    def test_none_mode_never_touches_the_gpu(self, pipeline, simdriver):
+        """sync_mode='none' times on the host clock and makes no event calls."""
+        provider, exporter = pipeline
+        session = bs.configure(provider, clock="cuda", sync_mode="none")
+        records = simdriver.calls("cuEventRecord")
+        with bs.brick("rms_norm"):
+            pass
+        bs.sync()
+        assert session.clock == "host"
+        assert simdriver.calls("cuEventRecord") == records
+        assert exporter.get_finished_spans()[0].attributes[A.CLOCK] == "host"
+
+    def test_two_streams_overlap_on_the_host_timeline(self, pipeline, simdriver):
+        """Work on two streams at once gives overlapping GPU intervals, each ordered as enqueued."""
+        provider, exporter = pipeline
+        configure(provider)
+        first, second = new_stream(), new_stream()
+        simdriver.enqueue_kernel(first, 1 * MS)
+        simdriver.enqueue_kernel(second, 1 * MS)
+        with bs.brick("attention_score", stream=first):
+            simdriver.enqueue_kernel(first, 5 * MS)
+        with bs.brick("all_reduce", stream=second):
+            simdriver.enqueue_kernel(second, 5 * MS)
+        with bs.brick("ffn_up", stream=first):
+            simdriver.enqueue_kernel(first, 1 * MS)
+        bs.sync()
+        spans = {s.name: s for s in exporter.get_finished_spans()}
+        attn, reduce, ffn = spans["attention_score"], spans["all_reduce"], spans["ffn_up"]
+        assert reduce.start_time < attn.end_time and attn.start_time < reduce.end_time  # overlap
+        assert attn.end_time <= ffn.start_time + QUANTUM_NS  # stream order on the first stream
+        assert attn.attributes[A.GPU_STREAM_ID] != reduce.attributes[A.GPU_STREAM_ID]
+
+    def test_layer_spans_cover_their_bricks_gpu_time(self, pipeline, simdriver):
+        """A layer has no stream of its own; its span is the GPU extent of the bricks inside."""
+        provider, exporter = pipeline
+        configure(provider)
+        stream = new_stream()
+        simdriver.enqueue_kernel(stream, 2 * MS)
+        with bs.layer(0):
+            for _ in range(3):
+                with bs.brick("ffn_up", stream=stream):
+                    simdriver.enqueue_kernel(stream, 1 * MS)
+        bs.sync()
+        spans = exporter.get_finished_spans()
+        layer = next(s for s in spans if s.name == "layer")
+        bricks = [s for s in spans if s.name == "ffn_up"]
+        assert layer.attributes[A.CLOCK] == "cuda"
+        assert layer.start_time == min(b.start_time for b in bricks)
+        assert layer.end_time == max(b.end_time for b in bricks)
+        assert abs((layer.end_time - layer.start_time) - 3 * MS) <= 3 * QUANTUM_NS
+
+
+class TestDegradation:
+    def test_sticky_launch_failure_mid_run(self, pipeline, simdriver, caplog):
+        """After a sticky launch failure, every span still arrives, host-timed with the error; nothing raises."""
+        provider, exporter = pipeline
+        session = configure(provider)
+        stream = new_stream()
+        with bs.brick("rms_norm", stream=stream):
+            simdriver.enqueue_kernel(stream, 10_000)
+        simdriver.inject_launch_failure(0)
+        for _ in range(5):
+            with bs.brick("ffn_up", stream=stream):
+                pass
+        assert bs.sync() is True
+        spans = exporter.get_finished_spans()
+        assert len(spans) == 6
+        failed = [s for s in spans if s.attributes[A.CLOCK] == "host"]
+        assert len(failed) >= 5
+        assert all(s.attributes[A.GPU_TIMING_ERROR] for s in failed)
+        assert session.stats()["gpu_timing_errors"] == len(failed)
+
+    def test_event_oom_when_the_pool_grows(self, pipeline, simdriver):
+        """Out of memory at event creation: affected spans are host-timed with an error, counted, delivered."""
+        provider, exporter = pipeline
+        session = configure(provider)
+        simdriver.inject_event_oom(0)
+        for _ in range(3):
+            with bs.brick("ffn_up"):
+                pass
+        bs.sync()
+        spans = exporter.get_finished_spans()
+        assert len(spans) == 3
+        assert all(s.attributes[A.CLOCK] == "host" for s in spans)
+        errors = {s.attributes[A.GPU_TIMING_ERROR] for s in spans}
+        assert "CUDA_ERROR_OUT_OF_MEMORY" in errors and errors <= {"CUDA_ERROR_OUT_OF_MEMORY", "mark_failed"}
+        assert session.stats()["gpu_timing_errors"] == 3
+
+    def test_invalid_handle_on_query(self, pipeline, simdriver):
+        """An invalid handle during resolution marks the span with the CUDA error name; no exception."""
+        provider, exporter = pipeline
+        configure(provider)
+        stream = new_stream()
+        with bs.brick("rms_norm", stream=stream):
+            simdriver.enqueue_kernel(stream, 10_000)
+        simdriver.inject_invalid_handle(2)
+        assert bs.sync() is True
+        (span,) = exporter.get_finished_spans()
+        assert span.attributes[A.GPU_TIMING_ERROR] == "CUDA_ERROR_INVALID_HANDLE"
+        assert span.attributes[A.CLOCK] == "host"
+
+    def test_clock_cuda_without_a_device_is_a_setup_error(self, simdriver):
+        """clock='cuda' with no device raises ValueError at configure time."""
+        simdriver.set_device_count(0)
+        with pytest.raises(ValueError, match="clock='cuda'"):
+            bs.configure(TracerProvider(), clock="cuda")
+
+    def test_no_event_leak_over_100k_scopes(self, pipeline, simdriver):
+        """100,000 GPU-timed bricks keep the live-event count bounded (events are pooled and reused)."""
+        provider, exporter = pipeline
+        provider._active_span_processor._span_processors = ()  # measure the recorder, not the exporter
+        configure(provider, max_pending=4096)
+        peak = 0
+        for step in range(20):
+            with bs.step(step):
+                for _ in range(5000):
+                    with bs.brick("rms_norm"):
+                        pass
+            bs.sync()
+            peak = max(peak, simdriver.counters()["live_events"])
+        assert peak <= 2 * 4096 + 64
+
+
+class TestQuickstartOnTheSimulator:
+    def test_quickstart_gets_gpu_timed_spans(self, simdriver_env, tmp_path):
+        """The quickstart with clock=cuda on the simulated driver times every brick with CUDA events."""
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / "quickstart.py"), "--out", str(tmp_path), "--steps", "2",
+             "--clock", "cuda"],
+            capture_output=True, text=True, timeout=120, env=simdriver_env,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "clock: cuda" in result.stdout
+        assert "Self time by brick (clock: cuda" in result.stdout
+        assert "GPU timing errors: 0" in result.stdout
