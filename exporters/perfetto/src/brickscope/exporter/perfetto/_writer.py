@@ -109,7 +109,7 @@ class _Process:
 class _Slice:
     """One slice to write: a span's own slice or the host launch side of a GPU span."""
 
-    __slots__ = ("start", "end", "track", "uuid", "order", "span", "name_iid", "cat_iid", "main", "flows_out", "flows_in")
+    __slots__ = ("start", "end", "track", "uuid", "order", "span", "category", "main", "flows_out", "flows_in")
 
     def __init__(self, start: int, end: int, track: _Track, span: ReadableSpan, main: bool) -> None:
         self.start = start
@@ -119,8 +119,7 @@ class _Slice:
         self.main = main
         self.uuid = 0
         self.order = 0
-        self.name_iid = 0
-        self.cat_iid = 0
+        self.category: str | None = None
         self.flows_out: list[int] | None = None
         self.flows_in: list[int] | None = None
 
@@ -272,9 +271,10 @@ class TraceWriter:
     def _begin(self, ts: int, piece: _Slice) -> pb.TracePacket:
         packet = self._event(TYPE_SLICE_BEGIN, piece.uuid)
         event = packet.track_event
-        event.name_iid = piece.name_iid
-        if piece.cat_iid:
-            event.category_iids.append(piece.cat_iid)
+        # Interned here, not earlier: a full table may start a new generation mid-batch.
+        event.name_iid = self._interner.event_name(piece.span.name)
+        if piece.category is not None:
+            event.category_iids.append(self._interner.category(piece.category))
         if piece.flows_out:
             event.flow_ids.extend(piece.flows_out)
         if piece.flows_in:
@@ -354,9 +354,7 @@ class TraceWriter:
         end = span.end_time if span.end_time is not None and span.end_time >= start else start
         attributes = span.attributes or {}
         process = self._process(span.resource)
-        name_iid = self._interner.event_name(span.name)
         category = _category(span, attributes)
-        cat_iid = self._interner.category(category) if category else 0
         device = attributes.get(A.GPU_DEVICE_ID)
         if attributes.get(A.CLOCK) == A.CLOCK_CUDA and device is not None:
             track = self._stream_track(process, device, attributes.get(A.GPU_STREAM_ID))
@@ -365,13 +363,13 @@ class TraceWriter:
             host_duration = attributes.get(A.HOST_DURATION_NS)
             if _is_int(host_start) and _is_int(host_duration) and host_start >= 0:
                 launch = _Slice(host_start, host_start + max(host_duration, 0), self._host_track(process, attributes), span, False)
-                launch.name_iid, launch.cat_iid = name_iid, cat_iid
+                launch.category = category
                 launch.flows_out = [span.context.span_id]
                 main.flows_in = [span.context.span_id]
                 slices.append(launch)
         else:
             main = _Slice(start, end, self._host_track(process, attributes), span, True)
-        main.name_iid, main.cat_iid = name_iid, cat_iid
+        main.category = category
         slices.append(main)
 
     def _place(self, track: _Track, start: int, end: int) -> int:

@@ -1,0 +1,309 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Test library: build spans by hand, and decode traces the way Perfetto would.
+
+``decode_trace`` reads a file with Google's ``perfetto_trace_pb2`` only (never
+with the package's own reader) and applies the trace processor's import rules:
+packets need a trusted sequence id; interned ids and defaults need the
+sequence's incremental state cleared first and must be defined before use;
+every track uuid needs a descriptor earlier in the file; timestamps on the
+sequence-scoped incremental clock are deltas after its ClockSnapshot; per track
+the events are sorted by timestamp (file order for ties) and an END closes the
+most recent open slice. Every violation is collected in ``Decoded.errors``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace.status import Status
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from brickscope.trace import attributes as A
+
+T0 = 1_700_000_000_000_000_000
+THREAD = {A.THREAD_ID: 140_000_000_000_001, A.THREAD_NAME: "MainThread"}
+RESOURCE = Resource({"service.name": "decoder", "process.pid": 4242})
+SCOPE = InstrumentationScope("brickscope", "0.1.0")
+TRACE_ID = 0x0123456789ABCDEF0123456789ABCDEF
+
+
+def make_span(
+    span_id: int,
+    name: str,
+    start: int,
+    end: int,
+    parent: int | None = None,
+    *,
+    attributes: dict[str, Any] | None = None,
+    events: list[Event] | None = None,
+    links: list[Link] | None = None,
+    resource: Resource = RESOURCE,
+    trace_id: int = TRACE_ID,
+    kind: SpanKind = SpanKind.INTERNAL,
+    status: Status | None = None,
+    scope: InstrumentationScope | None = SCOPE,
+) -> ReadableSpan:
+    """An ended SDK span, as the core (or any instrumentation) would export it."""
+    return ReadableSpan(
+        name=name,
+        context=SpanContext(trace_id, span_id, False, TraceFlags(TraceFlags.SAMPLED)),
+        parent=SpanContext(trace_id, parent, False, TraceFlags(TraceFlags.SAMPLED)) if parent else None,
+        resource=resource,
+        attributes=attributes or {},
+        events=events or [],
+        links=links or [],
+        kind=kind,
+        status=status or Status(),
+        start_time=start,
+        end_time=end,
+        instrumentation_scope=scope,
+    )
+
+
+def gpu_attributes(
+    host_start: int, host_duration: int, gpu_duration: int, *, device: int = 0, stream: int = 0x7F00, **extra: Any
+) -> dict[str, Any]:
+    """Attributes of a GPU-timed kernel span following the span contract."""
+    return {
+        A.SCOPE_KIND: A.SCOPE_KIND_KERNEL,
+        A.BRICK_CATEGORY: "attention",
+        A.CLOCK: A.CLOCK_CUDA,
+        A.HOST_START_NS: host_start,
+        A.HOST_DURATION_NS: host_duration,
+        A.GPU_DURATION_NS: gpu_duration,
+        A.GPU_DEVICE_ID: device,
+        A.GPU_STREAM_ID: stream,
+        **THREAD,
+        **extra,
+    }
+
+
+@dataclass
+class Slice:
+    """One slice as the trace processor would build it."""
+
+    track: int
+    ts: int
+    dur: int
+    name: str | None
+    categories: list[str]
+    args: dict[str, Any]
+    flow_ids: list[int]
+    terminating_flow_ids: list[int]
+    correlation: str | None
+    depth: int
+
+
+@dataclass
+class Decoded:
+    """A decoded trace: descriptors, slices, instants, and every rule it broke."""
+
+    packets: list[Any] = field(default_factory=list)
+    descriptors: dict[int, Any] = field(default_factory=dict)
+    slices: list[Slice] = field(default_factory=list)
+    instants: list[Slice] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    sequence_ids: set[int] = field(default_factory=set)
+    primary_clocks: set[int] = field(default_factory=set)
+    absolute_timestamps: int = 0
+    resets: int = 0
+
+    def track_kind(self, uuid: int) -> str:
+        """``thread``, ``process``, ``gpu`` (a stream under a GPU group) or ``other``."""
+        descriptor = self.descriptors[uuid]
+        chain = [descriptor]
+        while descriptor.HasField("parent_uuid"):
+            descriptor = self.descriptors[descriptor.parent_uuid]
+            chain.append(descriptor)
+        if any(d.name.startswith("GPU ") and not d.HasField("process") for d in chain[1:]):
+            return "gpu"
+        if chain[-1].HasField("thread"):
+            return "thread"
+        if chain[-1].HasField("process"):
+            return "process"
+        return "other"
+
+    def lane_root(self, uuid: int) -> int:
+        """The logical track of a lane: itself, or the parent of an overflow lane."""
+        name = self.descriptors[uuid].name
+        if "(overlap " in name:
+            return self.descriptors[uuid].parent_uuid
+        return uuid
+
+
+def _flatten(annotations: Any, names: dict[int, str], values: dict[int, str], errors: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+
+    def name_of(annotation: Any) -> str:
+        if annotation.HasField("name_iid"):
+            if annotation.name_iid not in names:
+                errors.append(f"debug annotation name iid {annotation.name_iid} used before defined")
+            return names.get(annotation.name_iid, "?")
+        return annotation.name
+
+    def value_of(annotation: Any) -> Any:
+        which = annotation.WhichOneof("value")
+        if which == "string_value_iid":
+            if annotation.string_value_iid not in values:
+                errors.append(f"string value iid {annotation.string_value_iid} used before defined")
+            return values.get(annotation.string_value_iid)
+        if which is not None:
+            return getattr(annotation, which)
+        if annotation.dict_entries:
+            return {name_of(e): value_of(e) for e in annotation.dict_entries}
+        return tuple(value_of(item) for item in annotation.array_values)
+
+    def walk(entries: Any, prefix: str) -> None:
+        for annotation in entries:
+            name = prefix + name_of(annotation)
+            if annotation.dict_entries and prefix + name_of(annotation) != "otel":
+                walk(annotation.dict_entries, name + ".")
+            else:
+                out[name] = value_of(annotation)
+
+    walk(annotations, "")
+    return out
+
+
+def decode_trace(path: str | os.PathLike[str], *, data: bytes | None = None) -> Decoded:
+    """Decode a whole trace with Google's schema and the trace processor's rules."""
+    if data is None:
+        with open(path, "rb") as f:
+            data = f.read()
+    trace = pb.Trace.FromString(data)
+    decoded = Decoded(packets=list(trace.packet))
+    errors = decoded.errors
+    state: dict[int, dict[str, Any]] = {}
+    events: dict[int, list[tuple[int, int, Any, dict[str, Any]]]] = {}
+    for index, packet in enumerate(trace.packet):
+        if not packet.HasField("trusted_packet_sequence_id") or packet.trusted_packet_sequence_id == 0:
+            errors.append(f"packet {index} has no trusted_packet_sequence_id")
+            continue
+        seq = packet.trusted_packet_sequence_id
+        decoded.sequence_ids.add(seq)
+        s = state.setdefault(seq, {"valid": False, "tables": {}, "clock": 0, "incremental": {}})
+        if packet.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
+            s["valid"] = True
+            s["tables"] = {}
+            s["clock"] = 0
+            decoded.resets += 1
+        if packet.sequence_flags & pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE and not s["valid"]:
+            errors.append(f"packet {index} needs incremental state before it was cleared on sequence {seq}")
+        if packet.HasField("trace_packet_defaults"):
+            s["clock"] = packet.trace_packet_defaults.timestamp_clock_id
+        tables = s["tables"]
+        if packet.HasField("interned_data"):
+            interned = packet.interned_data
+            for table, entries in (
+                ("names", interned.event_names),
+                ("categories", interned.event_categories),
+                ("annotation_names", interned.debug_annotation_names),
+            ):
+                for entry in entries:
+                    tables.setdefault(table, {})[entry.iid] = entry.name
+            for table, entries in (
+                ("values", interned.debug_annotation_string_values),
+                ("correlations", interned.correlation_id_str),
+            ):
+                for entry in entries:
+                    tables.setdefault(table, {})[entry.iid] = entry.str.decode()
+        if packet.HasField("clock_snapshot"):
+            snapshot = packet.clock_snapshot
+            if snapshot.HasField("primary_trace_clock"):
+                decoded.primary_clocks.add(snapshot.primary_trace_clock)
+            for clock in snapshot.clocks:
+                if clock.is_incremental:
+                    s["incremental"][clock.clock_id] = clock.timestamp
+        if packet.HasField("track_descriptor"):
+            decoded.descriptors[packet.track_descriptor.uuid] = packet.track_descriptor
+        if not packet.HasField("track_event"):
+            continue
+        clock = packet.timestamp_clock_id if packet.HasField("timestamp_clock_id") else s["clock"]
+        if clock in s["incremental"]:
+            ts = s["incremental"][clock] = s["incremental"][clock] + packet.timestamp
+        elif clock == pb.BUILTIN_CLOCK_REALTIME:
+            ts = packet.timestamp
+            decoded.absolute_timestamps += 1
+        else:
+            errors.append(f"packet {index} uses clock {clock} with no snapshot")
+            ts = packet.timestamp
+        event = packet.track_event
+        if event.track_uuid not in decoded.descriptors:
+            errors.append(f"packet {index} uses track {event.track_uuid} before its descriptor")
+        names = tables.get("names", {})
+        name = None
+        if event.HasField("name_iid"):
+            if event.name_iid not in names:
+                errors.append(f"packet {index}: event name iid {event.name_iid} used before defined")
+            name = names.get(event.name_iid)
+        elif event.HasField("name"):
+            name = event.name
+        categories = []
+        for iid in event.category_iids:
+            if iid not in tables.get("categories", {}):
+                errors.append(f"packet {index}: category iid {iid} used before defined")
+            categories.append(tables.get("categories", {}).get(iid))
+        correlation = None
+        if event.HasField("correlation_id_str_iid"):
+            correlation = tables.get("correlations", {}).get(event.correlation_id_str_iid)
+            if correlation is None:
+                errors.append(f"packet {index}: correlation iid used before defined")
+        args = _flatten(event.debug_annotations, tables.get("annotation_names", {}), tables.get("values", {}), errors)
+        info = {
+            "name": name,
+            "categories": categories,
+            "args": args,
+            "flow_ids": list(event.flow_ids),
+            "terminating_flow_ids": list(event.terminating_flow_ids),
+            "correlation": correlation,
+        }
+        events.setdefault(event.track_uuid, []).append((ts, index, event.type, info))
+    for uuid, items in events.items():
+        items.sort(key=lambda item: (item[0], item[1]))
+        stack: list[tuple[int, dict[str, Any]]] = []
+        for ts, _, kind, info in items:
+            if kind == pb.TrackEvent.TYPE_SLICE_BEGIN:
+                stack.append((ts, info))
+            elif kind == pb.TrackEvent.TYPE_SLICE_END:
+                if not stack:
+                    errors.append(f"END without BEGIN on track {uuid} at {ts}")
+                    continue
+                start, begin = stack.pop()
+                decoded.slices.append(_slice(uuid, start, ts - start, begin, len(stack)))
+            elif kind == pb.TrackEvent.TYPE_INSTANT:
+                decoded.instants.append(_slice(uuid, ts, 0, info, len(stack)))
+        if stack:
+            errors.append(f"{len(stack)} slices left open on track {uuid}")
+    return decoded
+
+
+def _slice(uuid: int, ts: int, dur: int, info: dict[str, Any], depth: int) -> Slice:
+    return Slice(
+        uuid,
+        ts,
+        dur,
+        info["name"],
+        info["categories"],
+        info["args"],
+        info["flow_ids"],
+        info["terminating_flow_ids"],
+        info["correlation"],
+        depth,
+    )
+
+
+def expected_slices(spans: list[ReadableSpan]) -> list[tuple[str, int, int]]:
+    """(name, start, duration) of every slice the spans should produce: theirs and GPU launches."""
+    out = []
+    for span in spans:
+        out.append((span.name, span.start_time, span.end_time - span.start_time))
+        attributes = span.attributes
+        if attributes.get(A.CLOCK) == A.CLOCK_CUDA and A.HOST_START_NS in attributes:
+            out.append((span.name, attributes[A.HOST_START_NS], attributes[A.HOST_DURATION_NS]))
+    return sorted(out)
