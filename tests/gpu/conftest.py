@@ -18,10 +18,10 @@ Fixtures:
         through ``LD_LIBRARY_PATH``.
     cuda_timer: a ``CudaTimer`` on the simulator, closed after the test.
 
-Once loaded, the simulator stays this process's CUDA driver. When the session
-ends it is switched to zero devices, so later in-process code sees "no CUDA
-device" (cuInit: CUDA_ERROR_NO_DEVICE); tests that need "no driver library at all"
-must run in a subprocess.
+Once loaded, the simulator stays this process's CUDA driver. Outside a test
+that uses ``simdriver`` it reports zero devices, so other in-process code sees
+"no CUDA device" (cuInit: CUDA_ERROR_NO_DEVICE); tests that need "no driver
+library at all" must run in a subprocess.
 """
 
 from __future__ import annotations
@@ -78,10 +78,16 @@ def _simdriver_loaded(simdriver_lib: Path) -> Iterator[Any]:
 
 @pytest.fixture
 def simdriver(_simdriver_loaded: Any) -> Iterator[Any]:
-    """The in-process simulator, reset (and its device count restored) around each test."""
+    """The in-process simulator, reset before the test; it has no device between tests.
+
+    Between tests the simulator reports zero devices, so code that runs later in
+    this process without the fixture (CPU tests of ``clock="auto"``) sees "no CUDA
+    device", as it would on a machine without a GPU.
+    """
     _simdriver_loaded.reset()
     yield _simdriver_loaded
     _simdriver_loaded.reset()
+    _simdriver_loaded.set_device_count(0)
 
 
 @pytest.fixture

@@ -157,5 +157,8 @@ class SimDriver:
         return {name: self._lib.simcuda_counter(i) for name, i in _COUNTERS.items()}
 
     def reset(self) -> None:
-        """Forget all contexts, streams and events; clear faults and counters (cuInit state is kept)."""
+        """Forget all contexts, streams and events; clear faults and counters; restore the device count.
+
+        The driver stays initialized if ``cuInit`` ever succeeded in this process.
+        """
         self._lib.simcuda_reset()

@@ -157,6 +157,7 @@ typedef struct {
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_initialized;
+static int g_ever_initialized; /* cuInit succeeded once: reset() restores the initialized state */
 static int g_forked;         /* set in a child forked after cuInit: CUDA is unusable */
 static int g_device_count = -1; /* -1: read SIMCUDA_DEVICE_COUNT at cuInit/reset */
 static ctx_t g_ctx[SIM_MAX_DEVICES];
@@ -426,7 +427,7 @@ SIM_EXPORT CUresult cuInit(unsigned int Flags) {
     if (Flags != 0) RETURN(CUDA_ERROR_INVALID_VALUE);
     if (g_device_count < 0) g_device_count = default_device_count();
     if (g_device_count == 0) RETURN(CUDA_ERROR_NO_DEVICE);
-    g_initialized = 1;
+    g_initialized = g_ever_initialized = 1;
     RETURN(CUDA_SUCCESS);
 }
 
@@ -1005,7 +1006,8 @@ SIM_EXPORT CUresult simcuda_event_time_ns(CUevent he, uint64_t *t) {
 }
 
 /* Forget every context, stream and event (their handles become invalid), clear
- * faults and counters, restore the default device count. cuInit state is kept. */
+ * faults and counters, restore the default device count. The driver counts as
+ * initialized afterwards if cuInit ever succeeded and there is a device. */
 SIM_EXPORT void simcuda_reset(void) {
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < SIM_MAX_DEVICES; i++) {
@@ -1029,7 +1031,7 @@ SIM_EXPORT void simcuda_reset(void) {
     g_fault_event_oom = -1;
     g_forked = 0;
     g_device_count = default_device_count();
-    if (g_device_count == 0) g_initialized = 0;
+    g_initialized = g_ever_initialized && g_device_count > 0;
     tls_current = 0;
     tls_depth = 0;
     pthread_mutex_unlock(&g_lock);
