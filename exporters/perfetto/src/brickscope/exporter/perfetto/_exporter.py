@@ -16,6 +16,7 @@ Or, with no code: ``OTEL_TRACES_EXPORTER=perfetto`` and optionally
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -40,8 +41,7 @@ DEFAULT_PATH = "brickscope-{pid}.pftrace"
 class PerfettoSpanExporter(SpanExporter):
     """Writes ended spans to a Perfetto protobuf trace, appending one batch per export.
 
-    Every :meth:`export` appends complete packets and flushes them to the
-    operating system, so the file is a valid trace after each call: a crash
+    Every :meth:`export` appends complete packets with unbuffered writes, so the file is a valid trace after each call: a crash
     loses at most the batch in flight. Memory stays bounded however long the run.
 
     Args:
@@ -74,13 +74,14 @@ class PerfettoSpanExporter(SpanExporter):
         self._failures = 0
         self._file: IO[bytes] | None = None
         self.path, self._file = _open(path, overwrite)
+        header = self._writer.header()
         try:
-            self._file.write(self._writer.header())
-            self._file.flush()
+            _write_all(self._file, header)
         except OSError as error:
-            self._file.close()
+            with contextlib.suppress(OSError):
+                self._file.close()
             raise ValueError(f"cannot write the Perfetto trace {self.path!r}: {error}") from error
-        self._size = self._file.tell()
+        self._size = len(header)
         self._writer.commit()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -99,8 +100,7 @@ class PerfettoSpanExporter(SpanExporter):
                 self._fail("cannot encode %d spans for %s", len(spans), self.path, exc_info=True)
                 return SpanExportResult.FAILURE
             try:
-                self._file.write(data)
-                self._file.flush()
+                _write_all(self._file, data)
             except OSError as error:
                 self._truncate()
                 self._writer.rollback()
@@ -111,7 +111,7 @@ class PerfettoSpanExporter(SpanExporter):
             return SpanExportResult.SUCCESS
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Every export is already flushed; this also asks the OS to sync the file to disk."""
+        """Every export is already written through; this also asks the OS to sync the file to disk."""
         with self._lock:
             if self._file is None:
                 return False
@@ -160,6 +160,16 @@ class PerfettoSpanExporter(SpanExporter):
         return self._failures
 
 
+def _write_all(file: IO[bytes], data: bytes) -> None:
+    """Write every byte (an unbuffered write may be partial) or raise OSError."""
+    view = memoryview(data)
+    while view:
+        written = file.write(view)
+        if not written:
+            raise OSError(f"write returned {written!r}")
+        view = view[written:]
+
+
 def _open(path: str | os.PathLike[str] | None, overwrite: bool) -> tuple[str, IO[bytes]]:
     """Open the trace file for writing, refusing to clobber an existing one unless asked."""
     default = path is None and not os.environ.get(BRICKSCOPE_PERFETTO_PATH)
@@ -171,7 +181,8 @@ def _open(path: str | os.PathLike[str] | None, overwrite: bool) -> tuple[str, IO
     candidate = name
     for attempt in range(1, 1000):
         try:
-            return candidate, open(candidate, "wb" if overwrite else "xb")  # noqa: SIM115
+            # Unbuffered: a failed write must leave nothing behind to be retried later.
+            return candidate, open(candidate, "wb" if overwrite else "xb", buffering=0)  # noqa: SIM115
         except FileExistsError:
             if not default:
                 raise ValueError(
