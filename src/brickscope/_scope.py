@@ -276,12 +276,13 @@ class Step(_Scope):
 
 
 # Scope objects are immutable and stateless, so the factories hand out one shared
-# object per name (or index) for the plain form, ``brick("rms_norm")``: building a
+# object per name (or index) for the plain forms, ``brick("rms_norm")`` and
+# ``brick("rms_norm", stream=s)``: building a
 # scope per call is the common idiom and the object's construction was the bulk of
 # a disabled scope's cost (171 -> 104 ns, benchmarks/hot_path.py). Bounded, so
 # names built from data cannot grow it without limit.
 _CACHE_LIMIT = 4096
-_bricks: dict[str, Brick] = {}
+_bricks: dict[Any, Brick] = {}  # name, or (name, stream)
 _kernels: dict[str, Kernel] = {}
 _layers: dict[int, Layer] = {}
 _steps: dict[int, Step] = {}
@@ -294,13 +295,17 @@ def brick(name: str, category: str | None = None, elements: int = 0, stream: Any
 
     .. versionadded:: 0.1.0
     """
-    if category is None and not elements and stream is None and not attributes:
+    if category is None and not elements and not attributes:
+        key = name if stream is None else (name, stream)
         try:
-            return _bricks[name]
-        except (KeyError, TypeError):  # new name, or not a str (Brick() says why)
-            scope = Brick(name)
+            return _bricks[key]
+        except (KeyError, TypeError):  # new, or unhashable (Brick() says what is wrong)
+            scope = Brick(name, stream=stream)
             if len(_bricks) < _CACHE_LIMIT:
-                _bricks[name] = scope
+                try:
+                    _bricks[key] = scope
+                except TypeError:  # an unhashable stream object: not cached
+                    pass
             return scope
     return Brick(name, category, elements, stream, **attributes)
 
