@@ -1,0 +1,90 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Shared fixtures: spans built by hand per the brickscope span contract."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind
+
+from brickscope.trace import attributes as A
+
+TRACE_ID = 0xABCDEF0123456789ABCDEF0123456789
+RESOURCE = Resource({"service.name": "svc"})
+SCOPE = InstrumentationScope("brickscope", "0.1.0")
+THREAD_ID = 4242
+STREAM = 0x7F00
+
+
+class SpanBuilder:
+    """Builds contract-shaped ReadableSpans with sequential ids.
+
+    ``gpu=(start, end)`` makes a GPU-timed span (clock "cuda"); ``host=(start, end)``
+    sets the host interval attributes; a span with neither is host-timed with its
+    own start/end from ``host``.
+    """
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+
+    def __call__(
+        self,
+        name: str,
+        parent: ReadableSpan | int | None = None,
+        *,
+        host: tuple[int, int] | None = (0, 0),
+        gpu: tuple[int, int] | None = None,
+        stream: int = STREAM,
+        device: int = 0,
+        thread: int = THREAD_ID,
+        attributes: dict[str, Any] | None = None,
+        resource: Resource = RESOURCE,
+        trace_id: int = TRACE_ID,
+        remote_parent: bool = False,
+        span_id: int | None = None,
+    ) -> ReadableSpan:
+        span_id = span_id if span_id is not None else next(self._ids)
+        attrs: dict[str, Any] = {A.THREAD_ID: thread, A.THREAD_NAME: f"t{thread}"}
+        if host is not None:
+            attrs[A.HOST_START_NS] = host[0]
+            attrs[A.HOST_DURATION_NS] = host[1] - host[0]
+        if gpu is not None:
+            attrs.update(
+                {
+                    A.CLOCK: A.CLOCK_CUDA,
+                    A.GPU_DURATION_NS: gpu[1] - gpu[0],
+                    A.GPU_DEVICE_ID: device,
+                    A.GPU_STREAM_ID: stream,
+                }
+            )
+            start, end = gpu
+        else:
+            attrs[A.CLOCK] = A.CLOCK_HOST
+            start, end = host if host is not None else (0, 0)
+        attrs.update(attributes or {})
+        parent_context = None
+        if parent is not None:
+            parent_id = parent if isinstance(parent, int) else parent.context.span_id
+            parent_context = SpanContext(trace_id, parent_id, is_remote=remote_parent)
+        return ReadableSpan(
+            name=name,
+            context=SpanContext(trace_id, span_id, is_remote=False),
+            parent=parent_context,
+            resource=resource,
+            attributes=attrs,
+            kind=SpanKind.INTERNAL,
+            start_time=start,
+            end_time=end,
+            instrumentation_scope=SCOPE,
+        )
+
+
+@pytest.fixture(name="make_span")
+def _make_span() -> Callable[..., ReadableSpan]:
+    return SpanBuilder()
