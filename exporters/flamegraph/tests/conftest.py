@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -88,3 +91,37 @@ class SpanBuilder:
 @pytest.fixture(name="make_span")
 def _make_span() -> Callable[..., ReadableSpan]:
     return SpanBuilder()
+
+
+def _hex_ids(value: Any) -> Any:
+    """Protobuf's JSON mapping writes ids as base64; OTLP JSON requires hex."""
+    if isinstance(value, dict):
+        return {
+            key: base64.b64decode(item).hex()
+            if key in ("traceId", "spanId", "parentSpanId") and isinstance(item, str)
+            else _hex_ids(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_hex_ids(item) for item in value]
+    return value
+
+
+@pytest.fixture(name="write_otlp_json")
+def _write_otlp_json() -> Callable[[Path, list[ReadableSpan]], Path]:
+    """Writes spans as Collector-style OTLP JSON Lines, encoded by the official encoder."""
+    json_format = pytest.importorskip("google.protobuf.json_format")
+    trace_encoder = pytest.importorskip(
+        "opentelemetry.exporter.otlp.proto.common.trace_encoder",
+        reason="opentelemetry-exporter-otlp-proto-common encodes the reference OTLP JSON",
+    )
+
+    def write(path: Path, spans: list[ReadableSpan], per_line: int = 3) -> Path:
+        with open(path, "w", encoding="utf-8") as out:
+            for i in range(0, len(spans), per_line):
+                request = trace_encoder.encode_spans(spans[i : i + per_line])
+                message = json_format.MessageToDict(request, use_integers_for_enums=True)
+                out.write(json.dumps(_hex_ids(message)) + "\n")
+        return path
+
+    return write
