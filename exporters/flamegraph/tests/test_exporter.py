@@ -200,7 +200,7 @@ class TestExport:
 
 class TestWithTheSdk:
     def test_brickscope_scopes_through_batch_processor(self, tmp_path):
-        """Real brickscope scopes through a BatchSpanProcessor: host weights sum to the steps' time."""
+        """Real scopes through a BatchSpanProcessor: host weights sum to the steps' time."""
         import brickscope as bs
 
         path = tmp_path / "run.folded"

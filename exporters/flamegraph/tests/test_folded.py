@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Tests for the folded writer: grammar, hostile names, integer units, and the real flamegraph.pl."""
+"""Tests for the folded writer: grammar, hostile names, integer units, real flamegraph.pl."""
 
 from __future__ import annotations
 
