@@ -27,7 +27,7 @@ from typing import Any, Callable, TypeVar
 
 from brickscope import _catalog, _record, _state
 from brickscope._gpu._streams import stream_handle
-from brickscope._record import KIND_BRICK, KIND_KERNEL, KIND_LAYER, KIND_STEP, Record
+from brickscope._record import KIND_BRICK, KIND_KERNEL, KIND_LAYER, KIND_NAMES, KIND_STEP, Record
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +231,23 @@ class Kernel(_Scope):
         self._attributes = launch or None
 
 
-class Layer(_Scope):
+class _Grouping(_Scope):
+    """A scope that groups bricks and is identified by a number (layers, steps)."""
+
+    __slots__ = ()
+    _index_name = ""
+
+    def __init__(self, index: int, **attributes: Any) -> None:
+        _check_index(index, self._index_name)
+        self._name = KIND_NAMES[self._kind]
+        self._category = None
+        self._elements = 0
+        self._index = index
+        self._stream = None
+        self._attributes = attributes or None
+
+
+class Layer(_Grouping):
     """A transformer layer: groups the bricks inside it (trueno's Layer -> Brick -> Kernel).
 
     Args:
@@ -242,18 +258,10 @@ class Layer(_Scope):
 
     __slots__ = ()
     _kind = KIND_LAYER
-
-    def __init__(self, index: int, **attributes: Any) -> None:
-        _check_index(index, "layer index")
-        self._name = "layer"
-        self._category = None
-        self._elements = 0
-        self._index = index
-        self._stream = None
-        self._attributes = attributes or None
+    _index_name = "layer index"
 
 
-class Step(_Scope):
+class Step(_Grouping):
     """One step (a decode step, a training iteration). Its end is a sync point in deferred mode.
 
     Args:
@@ -264,15 +272,7 @@ class Step(_Scope):
 
     __slots__ = ()
     _kind = KIND_STEP
-
-    def __init__(self, number: int, **attributes: Any) -> None:
-        _check_index(number, "step number")
-        self._name = "step"
-        self._category = None
-        self._elements = 0
-        self._index = number
-        self._stream = None
-        self._attributes = attributes or None
+    _index_name = "step number"
 
 
 # Scope objects are immutable and stateless, so the factories hand out one shared
