@@ -20,9 +20,10 @@ from typing import Any
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace as otel_trace
+from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from brickscope import _record, _state
+from brickscope import _environment, _record, _resource, _state, propagation
 from brickscope._clock import host_ns
 from brickscope import environment_variables as env
 from brickscope.trace._aggregation import CategoryAggregator
@@ -56,6 +57,8 @@ class Session:
         self.clock_fallback_reason = clock_fallback_reason
         self._owns_provider = owns_provider
         self._closed = False
+        #: (token, context) of the TRACEPARENT context configure() attached, or None.
+        self._environment_context: tuple[Any, Any] | None = None
 
     @property
     def clock(self) -> str:
@@ -97,6 +100,9 @@ class Session:
             _state.configured = _state.recorder = None
         self.sync_processor.shutdown(timeout_millis)
         _remove_processors(self.tracer_provider, (self.sync_processor, self.aggregator))
+        if self._environment_context is not None:
+            propagation._detach_environment_context(self._environment_context)  # noqa: SLF001
+            self._environment_context = None
         if self._owns_provider:
             self.tracer_provider.shutdown()
         else:
@@ -127,6 +133,15 @@ def configure(
     ``BRICKSCOPE_*`` environment variables, then the defaults. Configuring again
     replaces the previous session.
 
+    With no provider given and no SDK provider registered, the provider is built
+    from the standard ``OTEL_*`` variables by the SDK's own configuration code
+    (exporters, sampler, resource), and so is the MeterProvider when no SDK one is
+    registered and ``OTEL_METRICS_EXPORTER`` names an exporter. ``OTEL_SDK_DISABLED=true``
+    turns scopes off. The provider's resource gains host name, launcher rank and
+    CUDA device names where it lacks them. A ``TRACEPARENT`` in the environment
+    becomes the current parent when no span is current (see
+    :mod:`brickscope.propagation`), until the session shuts down.
+
     Args:
         tracer_provider: an SDK TracerProvider. None: the global provider, or a new
             one (registered globally) if the global one is not an SDK provider.
@@ -138,11 +153,13 @@ def configure(
         propagate_context: open steps, layers and bricks become the current OTel span.
         time_kernels: also GPU-time kernel scopes.
         aggregate: install a CategoryAggregator (and its metrics).
-        meter_provider: for the aggregator's metrics; default: the global one.
+        meter_provider: for the aggregator's metrics; default: the global one
+            (built from the environment, as above, when it is not an SDK one).
 
     Raises:
-        ValueError: an unknown sync mode or clock, a bad bound, or ``clock="cuda"``
-            without a usable CUDA driver and device. The message names the
+        ValueError: an unknown sync mode or clock, a bad bound, ``clock="cuda"``
+            without a usable CUDA driver and device, or a bad ``OTEL_*`` value
+            (unknown exporter, sampler, protocol...). The message names the
             environment variable when the value came from one.
         TypeError: ``tracer_provider`` is not an SDK TracerProvider.
 
@@ -153,6 +170,9 @@ def configure(
     clock = _choice("clock", clock, env.BRICKSCOPE_CLOCK, "auto", CLOCKS)
     if enabled is None:
         enabled = not _env_flag(env.BRICKSCOPE_DISABLE)
+    sdk_disabled = _environment.sdk_disabled()
+    if sdk_disabled:  # OpenTelemetry is off for every signal: brickscope records nothing
+        enabled = False
     if max_pending is None:
         raw = os.environ.get(env.BRICKSCOPE_MAX_PENDING, "16384")
         try:
@@ -163,7 +183,13 @@ def configure(
     if tracer_provider is None:
         tracer_provider = otel_trace.get_tracer_provider()
         if not isinstance(tracer_provider, TracerProvider):
-            tracer_provider = TracerProvider()
+            tracer_provider = (
+                TracerProvider()
+                if sdk_disabled
+                else _environment.tracer_provider_from_environment(
+                    _resource.create_resource(), min_queue_size=max_pending
+                )
+            )
             otel_trace.set_tracer_provider(tracer_provider)
             owns_provider = otel_trace.get_tracer_provider() is tracer_provider
     elif not isinstance(tracer_provider, TracerProvider):
@@ -173,6 +199,9 @@ def configure(
         )
 
     timer, fallback_reason = (None, None) if sync_mode == "none" else _make_timer(clock)
+    _resource.extend_provider_resource(
+        tracer_provider, {**_resource.process_attributes(), **_resource.gpu_attributes(timer)}
+    )
     sync_processor = GpuSyncSpanProcessor(
         tracer_provider,
         sync_mode=sync_mode,
@@ -182,6 +211,8 @@ def configure(
         propagate_context=propagate_context,
         time_kernels=time_kernels,
     )
+    if meter_provider is None and aggregate and not sdk_disabled:
+        meter_provider = _meter_provider_from_environment(tracer_provider.resource)
     aggregator = CategoryAggregator(meter_provider) if aggregate else None
 
     if _session is not None:
@@ -193,6 +224,7 @@ def configure(
     _state.configured = sync_processor
     _state.recorder = sync_processor if enabled else None
     _register_exit_and_fork(_session)
+    _session._environment_context = propagation._attach_environment_context()  # noqa: SLF001
     return _session
 
 
@@ -217,6 +249,18 @@ def shutdown(timeout_millis: int = 30000) -> None:
 def current_session() -> Session | None:
     """The session configure() returned last, if it is still open."""
     return _session
+
+
+def _meter_provider_from_environment(resource: Any) -> otel_metrics.MeterProvider | None:
+    """The global MeterProvider if it is an SDK one; else one built from ``OTEL_METRICS_EXPORTER``
+    with the spans' resource and registered globally; None when the variable names nothing."""
+    current = otel_metrics.get_meter_provider()
+    if isinstance(current, SdkMeterProvider):
+        return None
+    built = _environment.meter_provider_from_environment(resource)
+    if built is not None:
+        otel_metrics.set_meter_provider(built)
+    return built
 
 
 def _make_timer(clock: str) -> tuple[Any, str | None]:

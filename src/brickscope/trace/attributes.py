@@ -85,6 +85,18 @@ THREAD_NAME = "thread.name"
 
 #: str[]: names of the CUDA devices brickscope timed on. Resource attribute.
 GPU_DEVICE_NAMES = "brickscope.gpu.device.names"
+#: str: the machine's host name (OpenTelemetry resource semantic conventions). Resource attribute.
+HOST_NAME = "host.name"
+#: int: the process's global rank in a distributed job, from the launcher's variables
+#: (torchrun ``RANK``, ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ``SLURM_PROCID``...).
+#: Resource attribute. OpenTelemetry has no semantic convention for it yet.
+RANK = "brickscope.rank"
+#: int: the process's rank on its node (torchrun ``LOCAL_RANK``, ``SLURM_LOCALID``...).
+#: Resource attribute.
+LOCAL_RANK = "brickscope.local_rank"
+#: int: number of processes in the job (torchrun ``WORLD_SIZE``, ``SLURM_NTASKS``...).
+#: Resource attribute.
+WORLD_SIZE = "brickscope.world_size"
 
 # --- metrics (instrument names and their attributes) --------------------------------
 
