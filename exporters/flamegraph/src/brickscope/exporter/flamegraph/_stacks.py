@@ -49,7 +49,7 @@ expanded when the stack is rebased under its parent.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,7 +159,10 @@ class StackAggregator:
         self._timeline_ids: dict[tuple[Any, ...], int] = {}
         self._weights: dict[tuple[int, int], list[Any]] = {}  # (timeline, stack) -> [w, start]
         self._waiting: dict[int, _Group] = {}
-        self._arrived: OrderedDict[int, _Arrived] = OrderedDict()
+        # Recent spans by key, and their keys in arrival order (a plain dict plus a deque
+        # of keys takes about half the memory of an OrderedDict).
+        self._arrived: dict[int, _Arrived] = {}
+        self._arrival_order: deque[int] = deque()
         self._services: dict[int, tuple[Any, int]] = {}  # id(resource) -> (resource, frame)
 
     # -- arrival -------------------------------------------------------------------
@@ -232,10 +235,11 @@ class StackAggregator:
                 _accumulate(target, (line, rebased), amount, start)
 
         if self._late_window:
-            arrived = self._arrived
-            arrived[key] = _Arrived(parent_key, anchor, stack, gpu, timeline, extent, cover)
-            if len(arrived) > self._late_window:
-                arrived.popitem(last=False)
+            if key not in self._arrived:
+                self._arrival_order.append(key)
+            self._arrived[key] = _Arrived(parent_key, anchor, stack, gpu, timeline, extent, cover)
+            if len(self._arrival_order) > self._late_window:
+                del self._arrived[self._arrival_order.popleft()]
 
     def _cover_up(self, key: int, extents: list[Any]) -> None:
         """A late child's extents cover its nearest weighted ancestor (from ``key`` up)."""
