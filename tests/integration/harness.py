@@ -1,0 +1,154 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Running the test app in a subprocess with a clean environment, and driving its phases.
+
+Example::
+
+    from harness import AppRunner, otlp_env
+    result = AppRunner(tmp_path).run(otlp_env(receiver), "--steps", "2")
+    assert result.returncode == 0 and result.report["trace_id"]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+APP = Path(__file__).resolve().parent / "apps" / "decoder_app.py"
+
+#: Variables of the test runner's own environment that would change what the app does.
+_LEAKY_PREFIXES = ("OTEL_", "BRICKSCOPE_", "OMPI_", "PMI_", "PMIX_", "MV2_", "SLURM_")
+_LEAKY_NAMES = ("TRACEPARENT", "TRACESTATE", "BAGGAGE", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MPI_LOCALRANKID")
+
+#: Short intervals so a test does not wait for the SDK's 5 s / 60 s defaults.
+FAST_EXPORT = {
+    "OTEL_BSP_SCHEDULE_DELAY": "100",
+    "OTEL_METRIC_EXPORT_INTERVAL": "300",
+    "OTEL_LOGS_EXPORTER": "none",
+    "BRICKSCOPE_CLOCK": "host",
+}
+
+
+def clean_environment(**overrides: str) -> dict[str, str]:
+    """The runner's environment without OpenTelemetry/brickscope/launcher variables, plus ``overrides``."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(_LEAKY_PREFIXES) and key not in _LEAKY_NAMES
+    }
+    # opentelemetry-instrument runs `python` from PATH: make it this interpreter.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.update(FAST_EXPORT)
+    env.update(overrides)
+    return env
+
+
+def otlp_env(receiver: Any, protocol: str = "grpc", **overrides: str) -> dict[str, str]:
+    """Environment that sends traces and metrics to ``receiver`` over OTLP."""
+    return {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_METRICS_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+        "OTEL_SERVICE_NAME": "decoder-test",
+        **overrides,
+    }
+
+
+@dataclass
+class AppResult:
+    """A finished app: its exit code, output, report and wall time."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    report: dict[str, Any]
+    seconds: float
+
+
+class AppRunner:
+    """Runs the test app (or another command) in a subprocess, in a temporary directory."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self._running: list[subprocess.Popen] = []
+        self._count = 0
+
+    def _command(self, args: tuple[str, ...], prefix: tuple[str, ...]) -> tuple[list[str], Path]:
+        self._count += 1
+        report = self.tmp_path / f"report{self._count}.json"
+        python = ("python",) if prefix else (sys.executable,)
+        return [*prefix, *python, str(APP), "--report", str(report), *args], report
+
+    def run(self, env: dict[str, str], *args: str, prefix: tuple[str, ...] = (), timeout_s: float = 60) -> AppResult:
+        """Run to completion; ``prefix`` wraps the command (``opentelemetry-instrument``)."""
+        command, report = self._command(args, prefix)
+        started = time.monotonic()
+        proc = subprocess.run(
+            command, env=clean_environment(**env), cwd=self.tmp_path, capture_output=True, text=True, timeout=timeout_s
+        )
+        return self._result(proc.returncode, proc.stdout, proc.stderr, report, time.monotonic() - started)
+
+    def start(self, env: dict[str, str], *args: str) -> PhasedApp:
+        """Start the app with ``--phases``; drive it with :meth:`PhasedApp.next_phase`."""
+        command, report = self._command(args, ())
+        proc = subprocess.Popen(
+            command,
+            env=clean_environment(**env),
+            cwd=self.tmp_path,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self._running.append(proc)
+        return PhasedApp(self, proc, report)
+
+    def _result(self, returncode: int, stdout: str, stderr: str, report: Path, seconds: float) -> AppResult:
+        data = json.loads(report.read_text()) if report.exists() else {}
+        return AppResult(returncode, stdout, stderr, data, seconds)
+
+    def close(self) -> None:
+        for proc in self._running:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+
+class PhasedApp:
+    """A running app that stops between phases until told to go on."""
+
+    def __init__(self, runner: AppRunner, proc: subprocess.Popen, report: Path) -> None:
+        self._runner = runner
+        self.proc = proc
+        self._report = report
+        self._lines: list[str] = []
+
+    def wait_phase(self, timeout_s: float = 30) -> float:
+        """Wait for the end of the current phase; returns the seconds the phase took in the app."""
+        deadline = time.monotonic() + timeout_s
+        assert self.proc.stdout is not None
+        line = ""
+        while not line.startswith("PHASE"):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise AssertionError(f"the app did not finish its phase: {self.proc.stderr.read() if self.proc.stderr else ''}")
+            line = self.proc.stdout.readline()
+        return float(line.split()[2])
+
+    def go_on(self) -> float:
+        """Let the app start its next phase; returns the monotonic time it was told to."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        return time.monotonic()
+
+    def finish(self, timeout_s: float = 60) -> AppResult:
+        """Wait for the app to exit (after its last phase and shutdown)."""
+        started = time.monotonic()
+        stdout, stderr = self.proc.communicate(timeout=timeout_s)
+        return self._runner._result(self.proc.returncode, stdout, stderr, self._report, time.monotonic() - started)
