@@ -380,7 +380,7 @@ def _build(make_span, specs):
 class TestAgainstOracle:
     # The span builder only hands out fresh ids: sharing it across examples is safe.
     @settings(
-        max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+        max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
     )
     @given(
         forest=_forests(),
