@@ -415,32 +415,42 @@ def _attributes(owner: Mapping[str, Any]) -> Any:
 def _key_values(owner: Mapping[str, Any], key: str, *, keep_empty: bool) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for i, pair in enumerate(_list(owner, key)):
-        try:
-            _object(pair, "")
-            name = pair.get("key")
-            if type(name) is not str:
-                raise _Bad("key", f"expected a string, got {_kind(name)}")
-            value_json = pair.get("value")
-            # Fast path for the common scalar kinds; _any_value handles the rest.
-            if type(value_json) is dict and len(value_json) == 1:
-                if type(scalar := value_json.get("stringValue")) is str:
+        # Fast path: a string or a non-negative int (written as a decimal string of at
+        # most 18 digits, so within int64). Anything else takes the checked path.
+        if type(pair) is dict:
+            name, value_json = pair.get("key"), pair.get("value")
+            if type(name) is str and type(value_json) is dict and len(value_json) == 1:
+                scalar = value_json.get("stringValue")
+                if type(scalar) is str:
                     result[name] = scalar
                     continue
+                scalar = value_json.get("intValue")
                 if (
-                    type(scalar := value_json.get("intValue")) is int
-                    and _INT64_MIN <= scalar <= _INT64_MAX
+                    type(scalar) is str
+                    and len(scalar) < 19
+                    and scalar.isdigit()
+                    and scalar.isascii()
                 ):
-                    result[name] = scalar
+                    result[name] = int(scalar)
                     continue
-            try:
-                value = _any_value(value_json)
-            except _Bad as bad:
-                raise bad.within("value") from None
+        try:
+            name, value = _key_value(pair)
         except _Bad as bad:
             raise bad.within(f"{key}[{i}]") from None
         if value is not None or keep_empty:
             result[name] = value
     return result
+
+
+def _key_value(pair: Any) -> tuple[str, Any]:
+    _object(pair, "")
+    name = pair.get("key")
+    if type(name) is not str:
+        raise _Bad("key", f"expected a string, got {_kind(name)}")
+    try:
+        return name, _any_value(pair.get("value"))
+    except _Bad as bad:
+        raise bad.within("value") from None
 
 
 def _any_value(value: Any) -> Any:
@@ -547,7 +557,7 @@ def _uint(owner: Mapping[str, Any], key: str, maximum: int) -> int:
 def _integer(value: Any, key: str, minimum: int, maximum: int) -> int:
     """An integer written as a JSON number or a decimal string (64-bit values)."""
     kind = type(value)
-    if kind is str and _INT.match(value):
+    if kind is str and (value.isdigit() and value.isascii() or _INT.match(value)):
         number = int(value)
     elif kind is int:
         number = value
