@@ -1,0 +1,187 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Receiver faults: the app never blocks on export nor sees an exception, later spans arrive, losses are counted.
+
+Every run sets a short ``OTEL_EXPORTER_OTLP_TIMEOUT`` (seconds, in the Python exporters)
+and ``OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED=true``: the SDK then counts, per span,
+whether its BatchSpanProcessor dropped it (``otel.sdk.processor.span.processed`` with
+``error.type=queue_full``) and whether its export failed (``otel.sdk.exporter.span.exported``
+with ``error.type``). Those counters reach the receiver with the app's last metric
+export, so each test checks the ledger: every span the app made was received, or
+dropped with a count, or failed with a count.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from harness import otlp_env
+from otlp_receiver import GrpcReceiver, free_port
+
+from brickscope.trace import attributes as A
+
+pytestmark = pytest.mark.slow
+
+LAYERS = 2
+SPANS_PER_STEP = 1 + LAYERS * 7
+EXPORT_TIMEOUT_S = 1.0
+#: Where a receiver comes back: after an outage the exporter's first call can fail fast on
+#: the channel it made while the receiver was down; it retries on a new channel after a
+#: backoff of about 1 s, which only fits in a deadline of a few seconds (the default is 10).
+RECOVERY_TIMEOUT_S = 3.0
+#: A phase is a few ms of work; even on a loaded machine it stays far below the export
+#: timeout. A phase that waited for an export would take at least the timeout.
+PHASE_LIMIT_S = 0.5
+
+
+def fault_env(receiver: Any, timeout_s: float = EXPORT_TIMEOUT_S, **extra: str) -> dict[str, str]:
+    return otlp_env(
+        receiver,
+        OTEL_EXPORTER_OTLP_TIMEOUT=str(int(timeout_s)),
+        OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED="true",
+        **extra,
+    )
+
+
+def ledger(receiver: Any) -> Counter:
+    """The SDK's own span counters as last received: processed, dropped, exported, failed."""
+    out: Counter = Counter()
+    for (metric, _), point in receiver.latest_points().items():
+        failed = "error.type" in point.attributes
+        if metric == "otel.sdk.processor.span.processed":
+            out["dropped" if failed else "processed"] += int(point.value)
+        elif metric == "otel.sdk.exporter.span.exported":
+            out["failed" if failed else "exported"] += int(point.value)
+    return out
+
+
+def assert_accounted(result: Any, *receivers: Any, batch: int = 512) -> Counter:
+    """Every span made is received, failed (counted) or dropped from the queue (counted).
+
+    The final counters come from the last receiver. ``processed`` (handed to the
+    exporter) is exact, so the spans the queue shed are ``made - processed``. The
+    SDK's ``queue_full`` counter can exceed that by one per batch its worker popped:
+    ``BatchProcessor.emit`` counts a drop when it finds the queue full and appends
+    afterwards, and a batch popped in between means nothing was dropped after all.
+
+    Returns:
+        The ledger, with ``lost``: the spans the queue really shed.
+    """
+    made = result.report["stats"]["spans_emitted"] + 1  # brickscope's spans and "generate"
+    received = sum(len(receiver.spans()) for receiver in receivers)
+    books = ledger(receivers[-1])
+    books["lost"] = made - books["processed"]
+    assert books["lost"] >= 0, books
+    assert books["exported"] + books["failed"] == books["processed"], books
+    assert books["exported"] == received, books
+    assert books["lost"] <= books["dropped"] <= books["lost"] + -(-books["processed"] // batch), books
+    assert received + books["failed"] + books["lost"] == made
+    return books
+
+
+def steps_received(receiver: Any, steps: range) -> int:
+    return sum(1 for s in receiver.spans() if s.attributes.get(A.STEP_NUMBER) in steps)
+
+
+def assert_clean_exit(result: Any) -> None:
+    """The app finished normally: exit 0, its report written, no traceback printed."""
+    assert result.returncode == 0, result.stderr
+    assert result.report["stats"]["processor_errors"] == 0
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+class TestReceiverFaults:
+    def test_receiver_absent_at_start(self, app, tmp_path):
+        """Nothing listens while the first phase exports; spans made after the receiver appears all arrive."""
+        receiver = GrpcReceiver(port=free_port())
+        env = fault_env(receiver, RECOVERY_TIMEOUT_S)
+        running = app.start(env, "--phases", "2", "--steps", "2", "--layers", str(LAYERS))
+        try:
+            assert running.wait_phase() < PHASE_LIMIT_S
+            time.sleep(RECOVERY_TIMEOUT_S + 0.5)  # the first export, retries included, meets a closed port
+            receiver.start()
+            running.go_on()
+            result = running.finish(timeout_s=30)
+            assert_clean_exit(result)
+            assert max(result.report["phase_seconds"]) < PHASE_LIMIT_S
+            assert steps_received(receiver, range(2, 4)) == 2 * SPANS_PER_STEP
+            books = assert_accounted(result, receiver)
+            assert books["failed"] > 0  # phase 0's batch met the closed port
+        finally:
+            receiver.stop()
+
+    def test_receiver_killed_mid_run_then_restarted(self, app, grpc_receiver):
+        """A collector that dies and comes back: spans before and after arrive, those in between are counted."""
+        env = fault_env(grpc_receiver, RECOVERY_TIMEOUT_S)
+        running = app.start(env, "--phases", "3", "--steps", "2", "--layers", str(LAYERS))
+        assert running.wait_phase() < PHASE_LIMIT_S
+        assert grpc_receiver.wait_for(lambda r: steps_received(r, range(0, 2)) == 2 * SPANS_PER_STEP, timeout_s=10)
+        port = grpc_receiver.port
+        grpc_receiver.stop()
+        running.go_on()
+        assert running.wait_phase() < PHASE_LIMIT_S
+        time.sleep(RECOVERY_TIMEOUT_S + 0.5)  # phase 1's export, retries included, fails
+        with GrpcReceiver(port=port) as restarted:
+            running.go_on()
+            result = running.finish(timeout_s=30)
+            assert_clean_exit(result)
+            assert steps_received(restarted, range(4, 6)) == 2 * SPANS_PER_STEP
+            assert steps_received(restarted, range(2, 4)) + steps_received(grpc_receiver, range(2, 4)) < 2 * SPANS_PER_STEP
+            books = assert_accounted(result, grpc_receiver, restarted)
+            assert books["failed"] > 0  # phase 1 met the dead receiver
+
+    def test_receiver_killed_and_gone_bounds_the_exit(self, app, grpc_receiver):
+        """With the receiver gone for good, the app still exits, within the export timeouts of what is pending."""
+        env = fault_env(grpc_receiver)
+        running = app.start(env, "--phases", "2", "--steps", "2", "--layers", str(LAYERS))
+        running.wait_phase()
+        assert grpc_receiver.wait_for(lambda r: steps_received(r, range(0, 2)) == 2 * SPANS_PER_STEP, timeout_s=10)
+        grpc_receiver.stop()
+        running.go_on()
+        result = running.finish(timeout_s=30)
+        assert_clean_exit(result)
+        assert max(result.report["phase_seconds"]) < PHASE_LIMIT_S
+        # At exit one span batch and one metrics export are pending, each bounded by the
+        # export timeout; the rest is interpreter start-up noise.
+        assert result.report["shutdown_seconds"] < 2 * EXPORT_TIMEOUT_S + 1.0
+        assert result.seconds < 4 * EXPORT_TIMEOUT_S + 2.0
+        assert steps_received(grpc_receiver, range(2, 4)) == 0
+
+    def test_unavailable_then_recovering(self, app, grpc_receiver):
+        """UNAVAILABLE twice (with a RetryInfo delay): the exporter retries and nothing is lost."""
+        grpc_receiver.fail_next(2, retry_after_s=0.2)
+        result = app.run(
+            fault_env(grpc_receiver, 5),
+            "--steps", "3", "--layers", str(LAYERS),
+        )  # fmt: skip
+        assert_clean_exit(result)
+        assert grpc_receiver.rejected["traces"] == 2
+        assert max(result.report["phase_seconds"]) < PHASE_LIMIT_S
+        books = assert_accounted(result, grpc_receiver)
+        assert books["dropped"] == books["failed"] == 0
+        assert len(grpc_receiver.spans()) == 3 * SPANS_PER_STEP + 1
+
+    def test_stalling_receiver_and_queue_overflow(self, app, grpc_receiver):
+        """A receiver that hangs costs one batch (export timeout); the full queue sheds the rest, all counted."""
+        queue, batch, steps = 64, 32, 10
+        grpc_receiver.stall_next(1, seconds=3 * EXPORT_TIMEOUT_S)
+        env = fault_env(grpc_receiver, OTEL_BSP_MAX_QUEUE_SIZE=str(queue), OTEL_BSP_MAX_EXPORT_BATCH_SIZE=str(batch))
+        # 150 spans in a few ms: the first batch of 32 hangs in the receiver while the
+        # queue fills to 64 and sheds the rest; after the client's deadline the queued
+        # spans go out on the next call.
+        result = app.run(env, "--steps", str(steps), "--layers", str(LAYERS))
+        assert_clean_exit(result)
+        assert max(result.report["phase_seconds"]) < PHASE_LIMIT_S
+        # Shutdown waits for the hanging export, up to the export timeout, then sends the queue.
+        assert result.report["shutdown_seconds"] < EXPORT_TIMEOUT_S + 1.0
+        assert grpc_receiver.wait_for(lambda r: r.rejected["traces"] == 1, timeout_s=5)
+        books = assert_accounted(result, grpc_receiver, batch=batch)
+        assert books["failed"] == batch
+        # What the queue held once the hanging batch left it arrives after the stall: a
+        # full queue if the worker took its batch during the burst, half of one if the
+        # burst was over before the worker thread got to run.
+        assert len(grpc_receiver.spans()) in (queue - batch, queue)
+        assert books["lost"] >= steps * SPANS_PER_STEP + 1 - batch - queue
+        assert "Queue full, dropping Span." in result.stderr
