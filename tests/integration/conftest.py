@@ -23,6 +23,7 @@ Fixtures:
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -51,6 +52,14 @@ def _load(name: str, path: Path, package: bool = False) -> Any:
 
 otlp_receiver = _load("otlp_receiver", HERE / "otlp_receiver.py")
 harness = _load("harness", HERE / "harness.py")
+
+
+@pytest.fixture(autouse=True)
+def _clean_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process tests see none of the runner's OTEL_*, BRICKSCOPE_*, launcher or TRACEPARENT variables."""
+    for key in list(os.environ):
+        if harness.leaky(key):
+            monkeypatch.delenv(key)
 
 
 @pytest.fixture

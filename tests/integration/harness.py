@@ -34,13 +34,14 @@ FAST_EXPORT = {
 }
 
 
+def leaky(variable: str) -> bool:
+    """Whether a variable of the runner's environment would change what brickscope does."""
+    return variable.startswith(_LEAKY_PREFIXES) or variable in _LEAKY_NAMES
+
+
 def clean_environment(**overrides: str) -> dict[str, str]:
     """The runner's environment without OpenTelemetry/brickscope/launcher variables, plus ``overrides``."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(_LEAKY_PREFIXES) and key not in _LEAKY_NAMES
-    }
+    env = {key: value for key, value in os.environ.items() if not leaky(key)}
     # opentelemetry-instrument runs `python` from PATH: make it this interpreter.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.update(FAST_EXPORT)
