@@ -173,6 +173,12 @@ def configure(
     sdk_disabled = _environment.sdk_disabled()
     if sdk_disabled:  # OpenTelemetry is off for every signal: brickscope records nothing
         enabled = False
+    else:  # bad OTEL_* values fail here, before anything is registered
+        builds_meter_provider = not isinstance(otel_metrics.get_meter_provider(), SdkMeterProvider)
+        _environment.validate(
+            traces=tracer_provider is None and not isinstance(otel_trace.get_tracer_provider(), TracerProvider),
+            metrics=meter_provider is None and aggregate and builds_meter_provider,
+        )
     if max_pending is None:
         raw = os.environ.get(env.BRICKSCOPE_MAX_PENDING, "16384")
         try:

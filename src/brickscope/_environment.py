@@ -79,6 +79,23 @@ def sdk_disabled() -> bool:
     )
 
 
+def validate(*, traces: bool, metrics: bool) -> None:
+    """Check the ``OTEL_*`` values the builders below will read, before anything is built.
+
+    configure() calls it first with what it is going to build, so a bad value fails
+    before any global provider is registered or exporter started.
+
+    Raises:
+        ValueError: the first bad value, naming its variable.
+    """
+    if traces:
+        _exporter_classes("traces")
+        _sampler()
+        _id_generator()
+    if metrics:
+        _exporter_classes("metrics")
+
+
 def tracer_provider_from_environment(resource: Resource, *, min_queue_size: int = _SDK_DEFAULT_QUEUE) -> TracerProvider:
     """A TracerProvider with the sampler, id generator and span exporters the environment names.
 
