@@ -269,13 +269,26 @@ class TestEncoding:
         assert decoded.primary_clocks == {pb.BUILTIN_CLOCK_REALTIME}
         assert min(s.ts for s in decoded.slices) == T0
 
-    def test_out_of_order_batch_uses_absolute_timestamps(self, tmp_path):
-        """A batch earlier than what was written carries absolute REALTIME timestamps."""
+    def test_out_of_order_batch_continues_on_another_clock(self, tmp_path):
+        """A batch earlier than what was written uses a second incremental clock, not absolute times."""
         late = make_span(1, "late", T0 + 1000, T0 + 1100, attributes=dict(THREAD))
         early = make_span(2, "early", T0, T0 + 100, attributes=dict(THREAD))
-        decoded = _export(tmp_path / "t.pftrace", [late], [early])
-        assert decoded.absolute_timestamps == 2
+        path = tmp_path / "t.pftrace"
+        decoded = _export(path, [late], [early])
+        snapshots = [p.clock_snapshot for p in decoded.packets if p.HasField("clock_snapshot")]
+        incremental = [c.clock_id for s in snapshots for c in s.clocks if c.is_incremental]
+        assert incremental == [64, 65] and decoded.absolute_timestamps == 0
         assert sorted((s.name, s.ts, s.dur) for s in decoded.slices) == expected_slices([late, early])
+
+    def test_absolute_timestamps_once_clocks_run_out(self):
+        """After 64 incremental clocks, a batch earlier than all of them uses absolute REALTIME times."""
+        writer = TraceWriter()
+        spans = [make_span(i, "s", T0 + 1000 * (70 - i), T0 + 1000 * (70 - i) + 10, attributes=dict(THREAD)) for i in range(1, 70)]
+        data = writer.header() + b"".join(writer.encode([span]) for span in spans)
+        decoded = decode_trace(None, data=data)
+        assert decoded.errors == []
+        assert decoded.absolute_timestamps == 2 * (len(spans) - 64)
+        assert sorted((s.name, s.ts, s.dur) for s in decoded.slices) == expected_slices(spans)
 
     def test_full_intern_table_starts_a_new_generation(self, tmp_path):
         """When the interning tables are full, state is cleared again and names redefined."""

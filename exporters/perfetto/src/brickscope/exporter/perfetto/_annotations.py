@@ -3,9 +3,9 @@
 
 Example::
 
-    add_attributes(track_event.debug_annotations, {"brickscope.gpu.device.id": 0}, interner)
-    # -> brickscope { gpu { device { id: int 0 } } }
-    decode_annotations(track_event.debug_annotations, lookup)  # -> ({"brickscope.gpu.device.id": 0}, {})
+    attribute_tree({"brickscope.gpu.device.id": 0, "a..b": 1})
+    # -> ({"brickscope": {"gpu": {"device": {"id": (0,)}}}}, [("a..b", 1)])
+    decode_annotations(track_event.debug_annotations, lookup)  # -> (attributes, otel dict)
 
 Dotted OpenTelemetry keys become nested dictionaries (the trace processor would
 otherwise turn the dots of a flat name into ``_``), so the UI shows them as
@@ -26,12 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ._interning import MAX_INTERNED_VALUE_CHARS, Interner, sanitize
 from ._schema import META
 
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
-_UINT64_MAX = (1 << 64) - 1
 _RESERVED_PREFIX = META + "."
 
 
@@ -66,49 +62,6 @@ def attribute_tree(attributes: Mapping[str, Any]) -> tuple[dict[str, Any], list[
             node = node.setdefault(part, {})
         node[parts[-1]] = (value,)
     return root, flat
-
-
-def add_attributes(field: Any, attributes: Mapping[str, Any], interner: Interner) -> None:
-    """Append the attributes to a repeated DebugAnnotation field (or a dict_entries)."""
-    root, flat = attribute_tree(attributes)
-    _add_tree(field, root, interner)
-    for key, value in flat:
-        set_value(field.add(name_iid=interner.annotation_name(key)), value, interner)
-
-
-def _add_tree(field: Any, tree: dict[str, Any], interner: Interner) -> None:
-    for name, node in tree.items():
-        annotation = field.add(name_iid=interner.annotation_name(name))
-        if isinstance(node, dict):
-            _add_tree(annotation.dict_entries, node, interner)
-        else:
-            set_value(annotation, node[0], interner)
-
-
-def set_value(annotation: Any, value: Any, interner: Interner | None) -> None:
-    """Set one typed value on a DebugAnnotation (strings interned when short)."""
-    kind = type(value)
-    if kind is str or (kind is not bool and isinstance(value, str)):
-        if interner is not None and len(value) <= MAX_INTERNED_VALUE_CHARS:
-            annotation.string_value_iid = interner.string_value(value)
-        else:
-            annotation.string_value = sanitize(value)
-    elif kind is bool:
-        annotation.bool_value = value
-    elif kind is int or isinstance(value, int):
-        if _INT64_MIN <= value <= _INT64_MAX:
-            annotation.int_value = value
-        elif 0 <= value <= _UINT64_MAX:
-            annotation.uint_value = value
-        else:
-            annotation.string_value = str(value)
-    elif kind is float or isinstance(value, float):
-        annotation.double_value = value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            set_value(annotation.array_values.add(), item, interner)
-    else:
-        annotation.string_value = sanitize(str(value))
 
 
 #: Resolves an interned id: ``lookup(table, iid) -> str``; tables are

@@ -33,10 +33,16 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
+from brickscope.trace.attributes import GPU_DURATION_NS, HOST_DURATION_NS, HOST_START_NS
+
 from ._annotations import decode_annotations
 from ._schema import (
     CLOCK_REALTIME,
     META_EVENT_OF,
+    META_IMPLIED,
+    IMPLIED_GPU_DURATION,
+    IMPLIED_HOST_DURATION,
+    IMPLIED_HOST_START,
     META_KIND,
     META_LINK_ATTRIBUTES,
     META_LINK_REMOTE,
@@ -213,6 +219,7 @@ def _timestamp(packet: Any, sequence: _Sequence) -> int:
 
 def _spans(tracks: dict[int, list[tuple[int, int, int, Any]]], descriptors: dict[int, Any]) -> list[ReadableSpan]:
     spans: list[tuple[Any, ...]] = []
+    launches: dict[int, tuple[int, int]] = {}  # flow id -> host launch slice (start, end)
     events: dict[int, list[Event]] = {}
     resources: dict[int, Resource] = {}
     for uuid, items in tracks.items():
@@ -224,7 +231,7 @@ def _spans(tracks: dict[int, list[tuple[int, int, int, Any]]], descriptors: dict
             elif kind == TYPE_SLICE_END:
                 if stack:
                     start, (event, sequence) = stack.pop()
-                    _slice(spans, uuid, start, ts, event, sequence)
+                    _slice(spans, launches, uuid, start, ts, event, sequence)
             elif kind == TYPE_INSTANT:
                 event, sequence = payload
                 attributes, meta = decode_annotations(event.debug_annotations, sequence.lookup)
@@ -234,6 +241,16 @@ def _spans(tracks: dict[int, list[tuple[int, int, int, Any]]], descriptors: dict
                     events.setdefault(owner, []).append(Event(name, attributes, timestamp=ts))
     out = []
     for uuid, start, end, name, trace_id, attributes, meta in spans:
+        implied = meta.get(META_IMPLIED, 0)
+        if implied:
+            span_id = meta[META_SPAN_ID]
+            host_start, host_end = launches.get(span_id, (start, end)) if meta.get("_gpu") else (start, end)
+            if implied & IMPLIED_HOST_START:
+                attributes[HOST_START_NS] = host_start
+            if implied & IMPLIED_HOST_DURATION:
+                attributes[HOST_DURATION_NS] = host_end - host_start
+            if implied & IMPLIED_GPU_DURATION:
+                attributes[GPU_DURATION_NS] = end - start
         resource = resources.get(uuid)
         if resource is None:
             resource = resources[uuid] = _resource(uuid, descriptors)
@@ -242,10 +259,22 @@ def _spans(tracks: dict[int, list[tuple[int, int, int, Any]]], descriptors: dict
     return out
 
 
-def _slice(spans: list[tuple[Any, ...]], uuid: int, start: int, end: int, event: Any, sequence: _Sequence) -> None:
+def _slice(
+    spans: list[tuple[Any, ...]],
+    launches: dict[int, tuple[int, int]],
+    uuid: int,
+    start: int,
+    end: int,
+    event: Any,
+    sequence: _Sequence,
+) -> None:
     attributes, meta = decode_annotations(event.debug_annotations, sequence.lookup)
     if META_SPAN_ID not in meta:
-        return  # a launch slice, or a slice from another producer
+        for flow in event.flow_ids:  # a GPU span's launch slice (or another producer's)
+            launches[flow] = (start, end)
+        return
+    # A GPU span's slice ends the flow from its launch, whose id is the span id.
+    meta["_gpu"] = meta[META_SPAN_ID] in event.terminating_flow_ids
     name = sequence.lookup("event_names", event.name_iid) if event.HasField("name_iid") else event.name
     trace_id = 0
     if event.HasField("correlation_id_str_iid"):

@@ -47,6 +47,13 @@ META_SCOPE = "scope"
 META_SCOPE_VERSION = "scope_version"
 META_LINKS = "links"
 META_EVENT_OF = "event_of"
+# Attributes left out because the slices say them exactly (bit set in META_IMPLIED):
+# brickscope.host.start_ns / .duration_ns (the launch slice of a GPU span, the
+# slice itself otherwise) and brickscope.gpu.duration_ns (a GPU slice's duration).
+META_IMPLIED = "implied"
+IMPLIED_HOST_START = 1
+IMPLIED_HOST_DURATION = 2
+IMPLIED_GPU_DURATION = 4
 META_LINK_TRACE_ID = "trace_id"
 META_LINK_SPAN_ID = "span_id"
 META_LINK_REMOTE = "is_remote"
