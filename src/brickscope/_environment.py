@@ -159,7 +159,8 @@ def _exporter_classes(signal: str) -> list[type]:
         )
     except RuntimeError as exc:
         installed = sorted({ep.name for ep in metadata.entry_points(group=_EXPORTER_GROUP[signal])})
-        hint = " (pip install 'brickscope[otlp]')" if any(name.startswith("otlp") for name in names) else ""
+        missing_otlp = {"otlp_proto_grpc", "otlp_proto_http"}.intersection(names).difference(installed)
+        hint = " (pip install 'brickscope[otlp]')" if missing_otlp else ""
         raise ValueError(
             f"brickscope: {variable}={os.environ.get(variable)!r}: {exc}{hint}; installed: {', '.join(installed)}"
         ) from None
