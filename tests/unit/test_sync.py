@@ -183,3 +183,34 @@ class TestNothingLost:
         )
         subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
         assert json.loads(out.read_text()) == ["child_brick"]
+
+
+class TestPacing:
+    def test_a_burst_larger_than_the_batch_queue_is_not_dropped(self):
+        """A sync point releasing 3000 spans into a BatchSpanProcessor with a 256-span queue loses none."""
+        import time as _time
+
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+        class SlowExporter(SpanExporter):
+            def __init__(self):
+                self.count = 0
+
+            def export(self, spans):
+                _time.sleep(0.001)
+                self.count += len(spans)
+                return SpanExportResult.SUCCESS
+
+        provider = TracerProvider()
+        exporter = SlowExporter()
+        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=256, max_export_batch_size=64))
+        session = bs.configure(provider, clock="host", max_delay_millis=60_000)
+        with bs.layer(0):
+            for _ in range(2999):
+                with bs.brick("rms_norm"):
+                    pass
+        assert session.sync() is True
+        provider.force_flush()
+        assert exporter.count == 3000
+        assert session.stats()["pacing_waits"] > 0
+        provider.shutdown()

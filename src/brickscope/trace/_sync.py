@@ -27,6 +27,7 @@ from collections import deque
 from typing import Any
 
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import Decision, ParentBased, StaticSampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
@@ -65,6 +66,8 @@ SYNC_MODES = ("immediate", "per_layer", "deferred", "none")
 _SAMPLED = _otel_context.SAMPLED
 _SCOPE_SPAN = _otel_context.ScopeSpan(_record.TOP.get)
 _UNSET = Status(StatusCode.UNSET)
+_PACE_EVERY = 128  # spans emitted between looks at the downstream queues
+_PACE_LIMIT_S = 2.0  # most time one look may wait for a queue to drain
 _BLOCK = 1  # sync, waiting for the GPU
 _POLL = 2  # sync what is already complete
 _INSTRUMENTATION_SCOPE = InstrumentationScope("brickscope", __version__)
@@ -158,6 +161,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
                 "misuse",
                 "self_time_clamped",
                 "reanchor_errors",
+                "pacing_waits",
             ),
             0,
         )
@@ -321,13 +325,37 @@ class GpuSyncSpanProcessor(SpanProcessor):
                 timer.reanchor()  # a sync point: refresh the GPU-host time correlation
             except Exception:  # the records will meet the same fault and say so
                 self._counts["reanchor_errors"] += 1
+        queues = _batch_queues(self._provider)
+        emitted = 0
         while pending:
             rec = pending[0]
             if rec.end_mark >= 0 and not self._gpu_ready(rec, block, deadline):
                 return False
             pending.popleft()
             emit(self._build(rec))
+            emitted += 1
+            if queues and emitted % _PACE_EVERY == 0:
+                self._pace(queues)
         return True
+
+    def _pace(self, queues: list[Any]) -> None:
+        """Let BatchSpanProcessors drain before their queues overflow (they drop when full).
+
+        A sync point can release thousands of spans at once; the SDK's default queue
+        holds 2048. When a queue is three-quarters full, wake its worker and wait,
+        up to ``_PACE_LIMIT_S`` per sync point, until it is half empty. Waits are
+        counted; if the exporter cannot keep up, the BatchSpanProcessor's own drop
+        counter says what it shed.
+        """
+        for batch in queues:
+            queue, capacity = batch._queue, batch._max_queue_size  # noqa: SLF001
+            if len(queue) * 4 < capacity * 3:
+                continue
+            self._counts["pacing_waits"] += 1
+            batch._worker_awaken.set()  # noqa: SLF001
+            give_up = time.monotonic() + _PACE_LIMIT_S
+            while len(queue) * 2 > capacity and time.monotonic() < give_up:
+                time.sleep(0.0005)
 
     def _gpu_ready(self, rec: Record, block: bool, deadline: float | None) -> bool:
         """Whether rec's end event has completed; waits when blocking. GPU faults mark the record."""
@@ -547,6 +575,15 @@ class GpuSyncSpanProcessor(SpanProcessor):
 def _provider_processors(provider: TracerProvider) -> tuple:
     """The provider's processors in order (the SDK keeps them in a private tuple)."""
     return provider._active_span_processor._span_processors  # noqa: SLF001
+
+
+def _batch_queues(provider: TracerProvider) -> list[Any]:
+    """The SDK batch processors (their private BatchProcessor) among the provider's processors."""
+    return [
+        processor._batch_processor  # noqa: SLF001 - the queue has no public view
+        for processor in _provider_processors(provider)
+        if isinstance(processor, BatchSpanProcessor) and hasattr(processor, "_batch_processor")
+    ]
 
 
 def _static_root_decision(sampler: Any) -> bool | None:
