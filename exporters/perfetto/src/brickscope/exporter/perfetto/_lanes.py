@@ -47,7 +47,8 @@ class _Node:
     def __init__(self, start: int, end: int) -> None:
         self.start = start
         self.end = end
-        self.children: list[_Node] = []  # sorted by start, pairwise disjoint
+        # Sorted by start, pairwise disjoint; None for a leaf (most nodes: saves a list each).
+        self.children: list[_Node] | None = None
         self.size = 1  # nodes in this subtree, itself included
 
 
@@ -62,6 +63,7 @@ class Lane:
 
     def __init__(self) -> None:
         self._root = _Node(_NEG_INF, -_NEG_INF)
+        self._root.children = []
         self._root.size = 0
         # start -> number of non-zero slices starting there (rule 3 is global).
         self._starts: dict[int, int] = {}
@@ -84,6 +86,8 @@ class Lane:
         node = self._root
         while True:
             children = node.children
+            if children is None:
+                children = node.children = []
             i = bisect_right(children, start, key=_start) - 1
             if i >= 0 and children[i].end > start:
                 child = children[i]
@@ -97,8 +101,9 @@ class Lane:
             if hi > lo and children[hi - 1].end > end:
                 return False  # rule 1: a child starts inside S and outlives it
             new = _Node(start, end)
-            new.children = children[lo:hi]
-            new.size = 1 + sum(c.size for c in new.children)
+            if hi > lo:
+                new.children = children[lo:hi]
+                new.size = 1 + sum(c.size for c in new.children)
             children[lo:hi] = [new]
             break
         for ancestor in path:
@@ -127,7 +132,8 @@ class Lane:
                 self._starts[n.start] = left
             else:
                 del self._starts[n.start]
-            stack.extend(n.children)
+            if n.children:
+                stack.extend(n.children)
 
 
 class LaneSet:
