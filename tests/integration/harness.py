@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,7 +98,7 @@ class AppRunner:
         return self._result(proc.returncode, proc.stdout, proc.stderr, report, time.monotonic() - started)
 
     def start(self, env: dict[str, str], *args: str) -> PhasedApp:
-        """Start the app with ``--phases``; drive it with :meth:`PhasedApp.next_phase`."""
+        """Start the app with ``--phases``; drive it with :meth:`PhasedApp.wait_phase` and ``go_on``."""
         command, report = self._command(args, ())
         proc = subprocess.Popen(
             command,
@@ -115,31 +117,53 @@ class AppRunner:
         return AppResult(returncode, stdout, stderr, data, seconds)
 
     def close(self) -> None:
+        """Kill what is still running and close its pipes."""
         for proc in self._running:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(10)
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None and not pipe.closed:
+                    pipe.close()
 
 
 class PhasedApp:
-    """A running app that stops between phases until told to go on."""
+    """A running app that stops between phases until told to go on.
+
+    Its stdout and stderr are drained by two threads, so a chatty app never blocks
+    on a full pipe and every wait here has a deadline.
+    """
 
     def __init__(self, runner: AppRunner, proc: subprocess.Popen, report: Path) -> None:
         self._runner = runner
         self.proc = proc
         self._report = report
-        self._lines: list[str] = []
+        self._stdout: queue.Queue[str] = queue.Queue()
+        self._stderr: list[str] = []
+        self._readers = [
+            threading.Thread(target=self._drain, args=(proc.stdout, self._stdout.put), daemon=True),
+            threading.Thread(target=self._drain, args=(proc.stderr, self._stderr.append), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _drain(stream: Any, sink: Any) -> None:
+        for line in stream:
+            sink(line)
 
     def wait_phase(self, timeout_s: float = 30) -> float:
         """Wait for the end of the current phase; returns the seconds the phase took in the app."""
         deadline = time.monotonic() + timeout_s
-        assert self.proc.stdout is not None
-        line = ""
-        while not line.startswith("PHASE"):
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise AssertionError(f"the app did not finish its phase: {self.proc.stderr.read() if self.proc.stderr else ''}")
-            line = self.proc.stdout.readline()
-        return float(line.split()[2])
+        while True:
+            try:
+                line = self._stdout.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.proc.kill()
+                stderr = "".join(self._stderr)
+                raise AssertionError(f"the app did not finish its phase in {timeout_s} s: {stderr}") from None
+            if line.startswith("PHASE"):
+                return float(line.split()[2])
 
     def go_on(self) -> float:
         """Let the app start its next phase; returns the monotonic time it was told to."""
@@ -149,7 +173,19 @@ class PhasedApp:
         return time.monotonic()
 
     def finish(self, timeout_s: float = 60) -> AppResult:
-        """Wait for the app to exit (after its last phase and shutdown)."""
+        """Wait for the app to exit (after its last phase and shutdown); kill it after ``timeout_s``."""
         started = time.monotonic()
-        stdout, stderr = self.proc.communicate(timeout=timeout_s)
-        return self._runner._result(self.proc.returncode, stdout, stderr, self._report, time.monotonic() - started)
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        finally:
+            for reader in self._readers:
+                reader.join(5)
+            for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+        stdout = "".join(self._stdout.queue)
+        seconds = time.monotonic() - started
+        return self._runner._result(self.proc.returncode, stdout, "".join(self._stderr), self._report, seconds)

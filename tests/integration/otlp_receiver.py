@@ -233,7 +233,8 @@ class _GrpcService:
             if what == "unavailable":
                 delay = Duration()
                 delay.FromNanoseconds(int(seconds * 1e9))
-                context.set_trailing_metadata((("google.rpc.retryinfo-bin", RetryInfo(retry_delay=delay).SerializeToString()),))
+                retry_info = RetryInfo(retry_delay=delay).SerializeToString()
+                context.set_trailing_metadata((("google.rpc.retryinfo-bin", retry_info),))
                 with receiver._lock:
                     receiver.rejected[self._signal] += 1
                 context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: receiver unavailable")

@@ -114,7 +114,10 @@ class TestBadValues:
                 r"carrier-pigeon.*OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL",
             ),
             ({"OTEL_TRACES_SAMPLER": "sometimes"}, r"unknown OTEL_TRACES_SAMPLER='sometimes'.*always_on"),
-            ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "half"}, r"OTEL_TRACES_SAMPLER_ARG='half'"),
+            (
+                {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "half"},
+                r"OTEL_TRACES_SAMPLER_ARG='half'",
+            ),
             ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "1.5"}, r"between 0 and 1"),
             ({"OTEL_PYTHON_ID_GENERATOR": "sequential"}, r"OTEL_PYTHON_ID_GENERATOR='sequential'"),
             ({"OTEL_SDK_DISABLED": "1"}, r"OTEL_SDK_DISABLED='1' is not 'true' or 'false'"),
@@ -200,7 +203,8 @@ class TestGlobalProviders:
             with bs.step(0), bs.brick("rms_norm"):
                 pass
             session.sync()
-            print(session.stats()["spans_emitted"], len(session.tracer_provider._active_span_processor._span_processors))
+            processors = session.tracer_provider._active_span_processor._span_processors
+            print(session.stats()["spans_emitted"], len(processors))
             """,
             OTEL_SDK_DISABLED="TRUE",
             OTEL_TRACES_EXPORTER="otlp",

@@ -89,7 +89,9 @@ class TestOpentelemetryInstrument:
         path = tmp_path / "trace.pftrace"
         prefix = ("opentelemetry-instrument", "--traces_exporter", "otlp,perfetto", "--metrics_exporter", "none")
         run_instrumented(app, grpc_receiver, prefix=prefix, BRICKSCOPE_PERFETTO_PATH=str(path))
-        from_otlp = {(s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_ns, s.end_ns) for s in grpc_receiver.spans()}
+        from_otlp = {
+            (s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_ns, s.end_ns) for s in grpc_receiver.spans()
+        }
         from_perfetto = {
             (
                 format(s.context.trace_id, "032x"),
