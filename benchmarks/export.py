@@ -15,9 +15,12 @@ Sections (each a function returning a dict of results; add one to SECTIONS):
   ``opentelemetry-exporter-otlp-proto-common``), in batches of 512 as a
   ``BatchSpanProcessor`` would send them. Keys ``pftrace_spans_per_s``,
   ``otlp_spans_per_s``, ``pftrace_bytes_per_span``, ``otlp_bytes_per_span``.
-- ``pftrace_memory``: peak RSS of a fresh process exporting 1,000,000 spans
-  (and 100,000, to show it is flat), spans made batch by batch so only the
-  exporter's own memory grows. Keys ``peak_rss_mb_1m``, ``peak_rss_mb_100k``.
+- ``pftrace_memory``: peak RSS of a fresh process exporting 1,000,000 spans,
+  and 2,000,000 to show it is flat, spans made batch by batch so only the
+  exporter's own memory could grow. Keys ``peak_rss_mb_1m``, ``peak_rss_mb_2m``.
+- ``folded``: the same spans, 1,000,000 of them, through ``FlamegraphSpanExporter``
+  (GPU self time, folded plus speedscope file written at shutdown) in a freshly
+  spawned interpreter. Keys ``folded_spans_per_s``, ``folded_peak_rss_mb_1m``.
 
 Requires: brickscope, brickscope-exporter-perfetto and
 opentelemetry-exporter-otlp-proto-common (the exporter's ``bench`` extra).
@@ -163,8 +166,8 @@ def _peak_child(count: int) -> float:
 
 
 def pftrace_memory(runs: int) -> dict[str, Any]:
-    """Peak memory while exporting 1,000,000 spans in batches, and 100,000 for comparison."""
-    return {"peak_rss_mb_1m": _peak_child(1_000_000), "peak_rss_mb_100k": _peak_child(100_000)}
+    """Peak memory while exporting 1,000,000 spans in batches, and twice as many for comparison."""
+    return {"peak_rss_mb_1m": _peak_child(1_000_000), "peak_rss_mb_2m": _peak_child(2_000_000)}
 
 
 def _export_only(count: int) -> None:
@@ -178,7 +181,41 @@ def _export_only(count: int) -> None:
     print(round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
 
 
-SECTIONS: list[Callable[[int], dict[str, Any]]] = [pftrace, pftrace_memory]
+def folded(runs: int) -> dict[str, Any]:
+    """Folded flamegraph export (and its speedscope file) of 1,000,000 of the same spans,
+    GPU-weighted, in a fresh interpreter: spans per second and peak RSS."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        spans_per_s, peak_mb = pool.apply(_folded_child, (1_000_000,))
+    return {"folded_spans_per_s": round(spans_per_s), "folded_peak_rss_mb_1m": peak_mb}
+
+
+def _folded_child(count: int) -> tuple[float, float]:
+    """In the spawned interpreter: export ``count`` spans; only export() and shutdown() timed."""
+    from brickscope.exporter.flamegraph import FlamegraphSpanExporter
+
+    elapsed = 0.0
+    with tempfile.TemporaryDirectory() as folder:
+        exporter = FlamegraphSpanExporter(
+            os.path.join(folder, "bench.folded"),
+            "gpu",
+            speedscope_path=os.path.join(folder, "bench.speedscope.json"),
+            write_interval_millis=None,
+        )
+        for first in range(0, count, BATCH):
+            batch = list(make_spans(min(BATCH, count - first), first))
+            started = time.perf_counter()
+            exporter.export(batch)
+            elapsed += time.perf_counter() - started
+        started = time.perf_counter()
+        exporter.shutdown()
+        elapsed += time.perf_counter() - started
+    # ru_maxrss is in KiB on Linux.
+    return count / elapsed, round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+SECTIONS: list[Callable[[int], dict[str, Any]]] = [pftrace, pftrace_memory, folded]
 
 
 def main() -> int:
