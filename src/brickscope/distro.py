@@ -64,9 +64,19 @@ def install() -> None:
     """Configure brickscope on the global provider unless a session is already open.
 
     The ``opentelemetry_post_instrument`` hook; also what the configurator calls.
-    Settings come from the ``BRICKSCOPE_*`` and ``OTEL_*`` variables; a bad value
-    raises ValueError, which ``opentelemetry-instrument`` logs before running the
-    application without telemetry.
+    Settings come from the ``BRICKSCOPE_*`` and ``OTEL_*`` variables. A bad value is
+    logged as an error naming the variable, once, and the application runs without
+    brickscope's scopes: raising here would make ``opentelemetry-instrument`` skip
+    the rest of the auto-instrumentation too.
     """
-    if _config.current_session() is None:
+    global _attempted
+    if _attempted or _config.current_session() is not None:
+        return
+    _attempted = True
+    try:
         _config.configure()
+    except (ValueError, TypeError) as exc:
+        logger.error("brickscope is not installed, the application runs without its scopes: %s", exc)
+
+
+_attempted = False

@@ -105,3 +105,11 @@ class TestOpentelemetryInstrument:
         }
         assert len(from_otlp) == EXPECTED_SPANS
         assert from_perfetto == from_otlp
+
+    def test_bad_brickscope_setting_leaves_the_rest_working(self, app, grpc_receiver):
+        """A bad BRICKSCOPE_* value is logged once, naming it; the app and its other telemetry run on."""
+        result = app.run(zero_code_env(grpc_receiver, BRICKSCOPE_SYNC_MODE="sometimes"), *APP_ARGS, prefix=INSTRUMENT)
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.count("BRICKSCOPE_SYNC_MODE") == 1, result.stderr
+        assert grpc_receiver.wait_for(lambda r: len(r.spans()) >= 1, timeout_s=10)
+        assert [s.name for s in grpc_receiver.spans()] == ["generate"]
