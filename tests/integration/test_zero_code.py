@@ -83,12 +83,19 @@ class TestOpentelemetryInstrument:
         )
         assert grpc_receiver.spans()[0].resource[A.RANK] == "42"  # a string, as the variable gives it
 
-    def test_otlp_and_perfetto_get_the_same_spans(self, app, grpc_receiver, tmp_path):
+    @pytest.mark.parametrize("setup", ["opentelemetry-instrument", "configure"])
+    def test_otlp_and_perfetto_get_the_same_spans(self, app, grpc_receiver, tmp_path, setup):
         """OTEL_TRACES_EXPORTER=otlp,perfetto sends the same spans, ids and times to both exporters."""
         perfetto = pytest.importorskip("brickscope.exporter.perfetto")
         path = tmp_path / "trace.pftrace"
-        prefix = ("opentelemetry-instrument", "--traces_exporter", "otlp,perfetto", "--metrics_exporter", "none")
-        run_instrumented(app, grpc_receiver, prefix=prefix, BRICKSCOPE_PERFETTO_PATH=str(path))
+        if setup == "configure":  # the app calls bs.configure(); the variables do the rest
+            env = zero_code_env(grpc_receiver, OTEL_TRACES_EXPORTER="otlp,perfetto", BRICKSCOPE_PERFETTO_PATH=str(path))
+            result = app.run(env, *APP_ARGS[:-1])
+            assert result.returncode == 0, result.stderr
+            assert grpc_receiver.wait_for(lambda r: len(r.spans()) >= EXPECTED_SPANS, timeout_s=10)
+        else:
+            prefix = ("opentelemetry-instrument", "--traces_exporter", "otlp,perfetto", "--metrics_exporter", "none")
+            run_instrumented(app, grpc_receiver, prefix=prefix, BRICKSCOPE_PERFETTO_PATH=str(path))
         from_otlp = {
             (s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_ns, s.end_ns) for s in grpc_receiver.spans()
         }
