@@ -7,6 +7,7 @@ BIN    := $(VENV)/bin
 # Every exporter distribution is installed alongside the core (editable, like a uv workspace).
 EXPORTERS := $(patsubst %/pyproject.toml,%,$(wildcard exporters/*/pyproject.toml))
 EDITABLE  := $(foreach d,$(EXPORTERS),-e ./$(d))
+EDITABLE_TEST := $(foreach d,$(EXPORTERS),-e './$(d)[test]')
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --quiet
 
 .PHONY: demo test clean
@@ -19,7 +20,7 @@ $(VENV)/.demo: $(BIN)/python pyproject.toml $(wildcard exporters/*/pyproject.tom
 	touch $@
 
 $(VENV)/.test: $(VENV)/.demo
-	$(PIP) -e '.[cuda,demo,test]' $(EDITABLE)
+	$(PIP) -e '.[cuda,demo,test]' $(EDITABLE_TEST)
 	touch $@
 
 demo: $(VENV)/.demo
