@@ -157,6 +157,22 @@ def pftrace(runs: int) -> dict[str, Any]:
     }
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident set size, MB.
+
+    ``VmHWM`` from /proc, not ``getrusage``: Linux keeps ``ru_maxrss`` across fork and
+    exec, so a child started by a big parent would report the parent's peak.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
+
+
 def _peak_child(count: int) -> float:
     """Peak RSS (MB) of a fresh interpreter exporting ``count`` spans."""
     out = subprocess.run(
@@ -177,8 +193,7 @@ def _export_only(count: int) -> None:
         with PerfettoSpanExporter(os.path.join(folder, "bench.pftrace")) as exporter:
             for first in range(0, count, BATCH):
                 exporter.export(list(make_spans(min(BATCH, count - first), first)))
-    # ru_maxrss is in KiB on Linux.
-    print(round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
+    print(peak_rss_mb())
 
 
 def folded(runs: int) -> dict[str, Any]:
@@ -211,8 +226,7 @@ def _folded_child(count: int) -> tuple[float, float]:
         started = time.perf_counter()
         exporter.shutdown()
         elapsed += time.perf_counter() - started
-    # ru_maxrss is in KiB on Linux.
-    return count / elapsed, round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return count / elapsed, peak_rss_mb()
 
 
 SECTIONS: list[Callable[[int], dict[str, Any]]] = [pftrace, pftrace_memory, folded]
