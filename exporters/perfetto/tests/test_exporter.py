@@ -213,6 +213,18 @@ class TestFailures:
         exporter.shutdown()
         assert decode_trace(exporter.path).errors == []
 
+    def test_forked_child_does_not_write(self, tmp_path, monkeypatch, caplog):
+        """In a forked child the exporter refuses to write, so the parent's file stays valid."""
+        path = tmp_path / "t.pftrace"
+        exporter = PerfettoSpanExporter(path)
+        size = path.stat().st_size
+        monkeypatch.setattr(os, "getpid", lambda: -1)
+        with caplog.at_level(logging.ERROR):
+            assert exporter.export(_batches()[0]) is SpanExportResult.FAILURE
+        assert path.stat().st_size == size and "one exporter per process" in caplog.text
+        monkeypatch.undo()
+        exporter.shutdown()
+
     def test_invalid_budget_rejected(self, tmp_path):
         """A non-positive max_tracked_slices is a ValueError at construction."""
         with pytest.raises(ValueError, match="max_tracked_slices"):

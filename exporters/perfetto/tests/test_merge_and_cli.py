@@ -12,7 +12,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from pftrace_testlib import T0, THREAD, decode_trace, expected_slices, gpu_attributes, make_span
 
 from brickscope.cli import main
-from brickscope.exporter.perfetto import PerfettoSpanExporter, merge_traces
+from brickscope.exporter.perfetto import PerfettoSpanExporter, merge_traces, read_spans
 from brickscope.exporter.perfetto import _writer as writer_module
 
 
@@ -76,6 +76,10 @@ class TestMerge:
         assert sorted((s.name, s.ts, s.dur) for s in merged.slices) == expected_slices(spans)
         processes = sorted(d.process.process_name for d in merged.descriptors.values() if d.HasField("process"))
         assert processes == ["rank0", "rank1"]
+        back = read_spans(tmp_path / "all.pftrace")
+        assert sorted((s.resource.attributes["service.name"], s.name) for s in back) == sorted(
+            (s.resource.attributes["service.name"], s.name) for s in spans
+        )
 
     def test_refuses_to_overwrite(self, tmp_path):
         """An existing output is an error unless overwrite is asked for."""

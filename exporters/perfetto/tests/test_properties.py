@@ -109,6 +109,19 @@ class TestRoundTrip:
         decoded = decode_trace(path)
         assert decoded.errors == []
         assert sorted((s.name, s.ts, s.dur) for s in decoded.slices) == expected_slices(spans)
+        # Each GPU-timed span: a slice under a GPU group at its GPU times, with a flow
+        # from a slice on a host track at its launch interval.
+        launches = {f: s for s in decoded.slices if decoded.track_kind(s.track) != "gpu" for f in s.flow_ids}
+        for span in spans:
+            if span.attributes.get(A.CLOCK) != A.CLOCK_CUDA:
+                continue
+            (gpu,) = [
+                s for s in decoded.slices if s.args.get("otel", {}).get("span_id") == span.context.span_id
+            ]
+            assert decoded.track_kind(gpu.track) == "gpu" and (gpu.ts, gpu.dur) == (span.start_time, span.end_time - span.start_time)
+            (flow,) = gpu.terminating_flow_ids
+            launch = launches[flow]
+            assert (launch.ts, launch.dur) == (span.attributes[A.HOST_START_NS], span.attributes[A.HOST_DURATION_NS])
         by_id = {s.context.span_id: s for s in spans}
         back = read_spans(path)
         assert sorted(s.context.span_id for s in back) == sorted(by_id)

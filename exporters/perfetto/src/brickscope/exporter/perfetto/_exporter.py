@@ -72,6 +72,7 @@ class PerfettoSpanExporter(SpanExporter):
         self._writer = TraceWriter(max_tracked_slices=max_tracked_slices)
         self._lock = threading.Lock()
         self._failures = 0
+        self._pid = os.getpid()
         self._file: IO[bytes] | None = None
         self.path, self._file = _open(path, overwrite)
         header = self._writer.header()
@@ -92,6 +93,11 @@ class PerfettoSpanExporter(SpanExporter):
         """
         with self._lock:
             if self._file is None:
+                return SpanExportResult.FAILURE
+            if os.getpid() != self._pid:
+                # A forked child shares the file offset and the sequence: writing
+                # would interleave with the parent and corrupt the trace.
+                self._fail("%s belongs to process %d; create one exporter per process", self.path, self._pid)
                 return SpanExportResult.FAILURE
             try:
                 data = self._writer.encode(spans)
