@@ -187,11 +187,6 @@ class TestReceiverFaults:
         assert books["lost"] >= steps * SPANS_PER_STEP + 1 - batch - queue
         assert "Queue full, dropping Span." in result.stderr
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="GpuSyncSpanProcessor._pace waits up to 2 s per 128 spans for a BatchSpanProcessor queue "
-        "that a dead receiver never drains (commit e9ce12c): about 6 s here for 843 spans",
-    )
     def test_a_burst_does_not_wait_for_a_dead_receiver(self, app, grpc_receiver):
         """Sync points that release hundreds of spans while the receiver is gone block no longer than the export timeout."""
         env = fault_env(grpc_receiver, OTEL_BSP_MAX_QUEUE_SIZE="256", OTEL_BSP_MAX_EXPORT_BATCH_SIZE="64")

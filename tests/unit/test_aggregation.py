@@ -158,3 +158,21 @@ class TestReport:
         with capture_spans() as captured:
             with pytest.raises(ValueError, match="markdown"):
                 captured.session.report("xml")
+
+
+class TestHistogramBuckets:
+    def test_brick_durations_spread_over_microsecond_buckets(self):
+        """The duration histogram's buckets are in seconds from 1 us, so a 2 ms brick is not in the first bucket."""
+        reader = InMemoryMetricReader()
+        with capture_spans(meter_provider=MeterProvider(metric_readers=[reader])):
+            with bs.brick("rms_norm"):
+                time.sleep(0.002)
+            bs.sync()
+            data = reader.get_metrics_data()
+        (point,) = [
+            p for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+            if m.name == A.METRIC_BRICK_DURATION for p in m.data.data_points
+        ]
+        assert point.explicit_bounds[0] == pytest.approx(1e-6)
+        index = next(i for i, count in enumerate(point.bucket_counts) if count)
+        assert 1e-3 <= point.explicit_bounds[index - 1] and point.explicit_bounds[index] <= 1e-2

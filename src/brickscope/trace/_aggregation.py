@@ -38,6 +38,11 @@ from brickscope.version import __version__
 logger = logging.getLogger(__name__)
 
 
+#: Histogram boundaries, seconds: 1 us to 10 s in 1-2.5-5 steps. The SDK's defaults
+#: (0 to 10000) assume milliseconds and would put every brick in the first bucket.
+DURATION_BUCKETS_S = tuple(float(f"{m}e{e}") for e in range(-6, 1) for m in (1, 2.5, 5)) + (10.0,)
+
+
 @dataclass
 class Stat:
     """Aggregated self time of one brick or one category (nanoseconds)."""
@@ -85,7 +90,10 @@ class CategoryAggregator(SpanProcessor):
         # Exemplars cost a context per span; only an SDK MeterProvider can keep them.
         self._exemplars = isinstance(meter_provider, SdkMeterProvider)
         self._duration = meter.create_histogram(
-            A.METRIC_BRICK_DURATION, unit="s", description="Self time of a brick (nested bricks excluded)."
+            A.METRIC_BRICK_DURATION,
+            unit="s",
+            description="Self time of a brick (nested bricks excluded).",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
         )
         self._elements = meter.create_counter(
             A.METRIC_BRICK_ELEMENTS, unit="{element}", description="Elements processed by a brick."

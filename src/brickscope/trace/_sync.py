@@ -67,7 +67,8 @@ _SAMPLED = _otel_context.SAMPLED
 _SCOPE_SPAN = _otel_context.ScopeSpan(_record.TOP.get)
 _UNSET = Status(StatusCode.UNSET)
 _PACE_EVERY = 128  # spans emitted between looks at the downstream queues
-_PACE_LIMIT_S = 2.0  # most time one look may wait for a queue to drain
+_PACE_BUDGET_S = 0.5  # most one sync point waits for downstream queues, in all
+_PACE_HOLDOFF_S = 10.0  # after the budget ran out, no pacing for this long
 _BLOCK = 1  # sync, waiting for the GPU
 _POLL = 2  # sync what is already complete
 _INSTRUMENTATION_SCOPE = InstrumentationScope("brickscope", __version__)
@@ -142,6 +143,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         self._root_sampled = _static_root_decision(tracer_provider.sampler)
         self._max_delay_ns = int(max_delay_millis * 1e6)
         self._next_poll_ns = perf_counter_ns() + self._max_delay_ns
+        self._pace_holdoff = 0.0
         self._pending: deque[Record] = deque()
         self._lock = threading.RLock()
         self._thread_names: dict[int, str] = {}
@@ -162,6 +164,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
                 "self_time_clamped",
                 "reanchor_errors",
                 "pacing_waits",
+                "pacing_timeouts",
             ),
             0,
         )
@@ -325,7 +328,8 @@ class GpuSyncSpanProcessor(SpanProcessor):
                 timer.reanchor()  # a sync point: refresh the GPU-host time correlation
             except Exception:  # the records will meet the same fault and say so
                 self._counts["reanchor_errors"] += 1
-        queues = _batch_queues(self._provider)
+        queues = _batch_queues(self._provider) if time.monotonic() >= self._pace_holdoff else []
+        pace_deadline = time.monotonic() + _PACE_BUDGET_S
         emitted = 0
         while pending:
             rec = pending[0]
@@ -334,18 +338,21 @@ class GpuSyncSpanProcessor(SpanProcessor):
             pending.popleft()
             emit(self._build(rec))
             emitted += 1
-            if queues and emitted % _PACE_EVERY == 0:
-                self._pace(queues)
+            if queues and emitted % _PACE_EVERY == 0 and not self._pace(queues, pace_deadline):
+                queues = []  # the exporter is not keeping up: stop waiting for it
+                self._pace_holdoff = time.monotonic() + _PACE_HOLDOFF_S
         return True
 
-    def _pace(self, queues: list[Any]) -> None:
+    def _pace(self, queues: list[Any], deadline: float) -> bool:
         """Let BatchSpanProcessors drain before their queues overflow (they drop when full).
 
         A sync point can release thousands of spans at once; the SDK's default queue
-        holds 2048. When a queue is three-quarters full, wake its worker and wait,
-        up to ``_PACE_LIMIT_S`` per sync point, until it is half empty. Waits are
-        counted; if the exporter cannot keep up, the BatchSpanProcessor's own drop
-        counter says what it shed.
+        holds 2048. When a queue is three-quarters full, wake its worker and wait
+        until it is half empty, but never past ``deadline`` (``_PACE_BUDGET_S`` per
+        sync point). Returns False when that budget ran out: the exporter is stuck
+        (a receiver gone), and the caller stops pacing for ``_PACE_HOLDOFF_S``, so
+        the application is never held up for long; the BatchSpanProcessor's own
+        drop counter says what it shed. Waits are counted in ``pacing_waits``.
         """
         for batch in queues:
             queue, capacity = batch._queue, batch._max_queue_size  # noqa: SLF001
@@ -353,9 +360,12 @@ class GpuSyncSpanProcessor(SpanProcessor):
                 continue
             self._counts["pacing_waits"] += 1
             batch._worker_awaken.set()  # noqa: SLF001
-            give_up = time.monotonic() + _PACE_LIMIT_S
-            while len(queue) * 2 > capacity and time.monotonic() < give_up:
+            while len(queue) * 2 > capacity:
+                if time.monotonic() >= deadline:
+                    self._counts["pacing_timeouts"] += 1
+                    return False
                 time.sleep(0.0005)
+        return True
 
     def _gpu_ready(self, rec: Record, block: bool, deadline: float | None) -> bool:
         """Whether rec's end event has completed; waits when blocking. GPU faults mark the record."""
