@@ -21,6 +21,7 @@ import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ._reader import iter_packets
 from ._schema import frame, pb
@@ -145,9 +146,9 @@ def _remap_tracks(packet: pb.TracePacket, track: Callable[[int], int]) -> None:
         _remap_event(packet.trace_packet_defaults.track_event_defaults, track)
 
 
-def _remap_event(event: object, track: Callable[[int], int]) -> None:
-    if event.HasField("track_uuid"):  # type: ignore[attr-defined]
-        event.track_uuid = track(event.track_uuid)  # type: ignore[attr-defined]
+def _remap_event(event: Any, track: Callable[[int], int]) -> None:
+    if event.HasField("track_uuid"):
+        event.track_uuid = track(event.track_uuid)
     for name in ("extra_counter_track_uuids", "extra_double_counter_track_uuids"):
         values = getattr(event, name)
         if values:
