@@ -225,6 +225,17 @@ class TestFailures:
         monkeypatch.undo()
         exporter.shutdown()
 
+    def test_span_without_start_is_skipped_and_said(self, tmp_path, caplog):
+        """A span with no start time is left out, with one warning, and the rest is written."""
+        path = tmp_path / "t.pftrace"
+        broken = make_span(9, "broken", T0, T0 + 1)
+        broken._start_time = None
+        with caplog.at_level(logging.WARNING), PerfettoSpanExporter(path) as exporter:
+            assert exporter.export([broken, *_batches()[0]]) is SpanExportResult.SUCCESS
+            exporter.export([broken])
+        assert len(caplog.records) == 1 and "without a start time" in caplog.text
+        assert sorted((s.name, s.ts, s.dur) for s in decode_trace(path).slices) == expected_slices(_batches()[0])
+
     def test_invalid_budget_rejected(self, tmp_path):
         """A non-positive max_tracked_slices is a ValueError at construction."""
         with pytest.raises(ValueError, match="max_tracked_slices"):

@@ -99,8 +99,11 @@ class PerfettoSpanExporter(SpanExporter):
                 # would interleave with the parent and corrupt the trace.
                 self._fail("%s belongs to process %d; create one exporter per process", self.path, self._pid)
                 return SpanExportResult.FAILURE
+            skipped = self._writer.skipped_spans
             try:
                 data = self._writer.encode(spans)
+                if self._writer.skipped_spans > skipped and not skipped:
+                    logger.warning("%s: skipping spans without a start time (counted, not logged again)", self.path)
             except Exception:  # a bug here must not reach the application
                 self._writer.rollback()
                 self._fail("cannot encode %d spans for %s", len(spans), self.path, exc_info=True)

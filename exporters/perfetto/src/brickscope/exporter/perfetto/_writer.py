@@ -198,9 +198,9 @@ class TraceWriter:
             piece.order = order
             piece.uuid = self._place(piece.track, piece.start, piece.end)
         self._budget()
-        # (ts, order, phase, item): at one timestamp, events keep the order their
-        # slices were placed in, which is what the lane rules assume.
-        # The fourth member is unique, so sorting never compares the items.
+        # (ts, order, phase, tiebreak, item): at one timestamp, events keep the order
+        # their slices were placed in, which is what the lane rules assume. The first
+        # four members never repeat, so sorting never compares the items.
         events: list[tuple[int, int, int, int, Any]] = []
         mains = {p.span.context.span_id: p for p in slices if p.main}
         extra = len(slices)
