@@ -322,7 +322,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
     def _resolve(self, block: bool, deadline: float | None) -> bool:
         pending = self._pending
         timer = self.timer
-        emit = self._emit
+        emit, build, processors = self._emit, self._build, self._downstream()
         if block and timer is not None:
             try:
                 timer.reanchor()  # a sync point: refresh the GPU-host time correlation
@@ -336,7 +336,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
             if rec.end_mark >= 0 and not self._gpu_ready(rec, block, deadline):
                 return False
             pending.popleft()
-            emit(self._build(rec))
+            emit(build(rec), processors)
             emitted += 1
             if queues and emitted % _PACE_EVERY == 0 and not self._pace(queues, pace_deadline):
                 queues = []  # the exporter is not keeping up: stop waiting for it
@@ -474,7 +474,6 @@ class GpuSyncSpanProcessor(SpanProcessor):
                 ),
             )
             status = Status(StatusCode.ERROR, f"{type_name}: {message}")
-        self._counts["spans_emitted"] += 1
         return ReadableSpan(
             name=owner._name,
             context=self._span_context(rec),
@@ -514,16 +513,22 @@ class GpuSyncSpanProcessor(SpanProcessor):
             self_ns = 0
         return self_ns
 
-    def _emit(self, span: ReadableSpan) -> None:
-        """Hand an ended span to every processor of the provider, isolating their faults."""
-        for processor in _provider_processors(self._provider):
-            if processor is self:
-                continue
+    def _emit(self, span: ReadableSpan, processors: tuple | None = None) -> None:
+        """Hand an ended span to every processor of the provider (but this one), isolating
+        their faults. ``processors``: the list, when the caller looked it up once for a batch."""
+        if processors is None:
+            processors = self._downstream()
+        self._counts["spans_emitted"] += 1
+        for processor in processors:
             try:
                 processor.on_end(span)
             except Exception:  # opentelemetry-python#5624: never let one reach the app
                 self._counts["processor_errors"] += 1
                 self._log_once(f"on_end:{type(processor).__name__}", "brickscope: a span processor failed")
+
+    def _downstream(self) -> tuple:
+        """The provider's processors other than this one, in order."""
+        return tuple(p for p in _provider_processors(self._provider) if p is not self)
 
     # ---- SpanProcessor ---------------------------------------------------------
 
