@@ -16,6 +16,7 @@ from typing import Any, Callable
 from opentelemetry import context as _api
 from opentelemetry.context.context import Context
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.trace.propagation import _SPAN_KEY
 
 _runtime_var = getattr(_api._RUNTIME_CONTEXT, "_current_context", None)  # noqa: SLF001
@@ -32,6 +33,26 @@ EMPTY_CONTEXT = Context()
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _id_lock = threading.Lock()
+
+
+def _fast_sampled_context(trace_id: int, span_id: int) -> SpanContext:
+    # What SpanContext.__new__ ends with, minus its id validation: our ids come from the
+    # provider's id generator and are valid. ~250 -> ~100 ns per span at resolution.
+    return _tuple_new(SpanContext, (trace_id, span_id, False, SAMPLED, DEFAULT_TRACE_STATE, True))
+
+
+def _checked_sampled_context(trace_id: int, span_id: int) -> SpanContext:
+    return SpanContext(trace_id, span_id, False, SAMPLED)
+
+
+_tuple_new = tuple.__new__
+_probe = SpanContext(0x1234, 0x5678, False, SAMPLED)
+#: A sampled, local SpanContext; the fast form only if it builds exactly what the API does.
+sampled_context = (
+    _fast_sampled_context
+    if _fast_sampled_context(0x1234, 0x5678) == _probe and tuple(_probe) == tuple(_fast_sampled_context(0x1234, 0x5678))
+    else _checked_sampled_context
+)
 
 
 def current_span(context: Any) -> Any:

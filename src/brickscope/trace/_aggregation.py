@@ -33,6 +33,16 @@ from opentelemetry.trace import NonRecordingSpan
 
 from brickscope._otel_context import EMPTY_CONTEXT, with_span
 from brickscope.trace import attributes as A
+from brickscope.trace.attributes import (
+    BRICK_CATEGORY,
+    BRICK_ELEMENTS,
+    BRICK_NAME,
+    BRICK_SELF_DURATION_NS,
+    CLOCK,
+    CLOCK_HOST,
+    SCOPE_KIND,
+    SCOPE_KIND_BRICK,
+)
 from brickscope.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -52,15 +62,6 @@ class Stat:
     min_ns: int = 0
     max_ns: int = 0
     elements: int = 0
-
-    def add(self, duration_ns: int, elements: int) -> None:
-        if self.count == 0 or duration_ns < self.min_ns:
-            self.min_ns = duration_ns
-        if duration_ns > self.max_ns:
-            self.max_ns = duration_ns
-        self.count += 1
-        self.total_ns += duration_ns
-        self.elements += elements
 
     @property
     def mean_ns(self) -> float:
@@ -99,7 +100,8 @@ class CategoryAggregator(SpanProcessor):
             A.METRIC_BRICK_ELEMENTS, unit="{element}", description="Elements processed by a brick."
         )
         self._lock = threading.Lock()
-        self._metric_labels: dict[tuple[str, str], dict[str, str]] = {}
+        # (brick, category) -> (its Stat, its metric labels): one lookup per span
+        self._entries: dict[tuple[str, str], tuple[Stat, dict[str, str]]] = {}
         self.bricks: dict[str, Stat] = {}
         self.brick_category: dict[str, str] = {}
         self.clocks: set[str] = set()
@@ -111,37 +113,48 @@ class CategoryAggregator(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         """Fold one ended span into the aggregates. Never raises."""
         try:
-            attributes = span.attributes or {}
-            if attributes.get(A.SCOPE_KIND) != A.SCOPE_KIND_BRICK:
+            attributes = span.attributes
+            if not attributes or attributes.get(SCOPE_KIND) != SCOPE_KIND_BRICK:
                 return
+            name = attributes.get(BRICK_NAME, span.name)
+            category = attributes.get(BRICK_CATEGORY, "other")
+            self_ns = attributes.get(BRICK_SELF_DURATION_NS)
+            if self_ns is None:  # not resolved by brickscope: no nesting information
+                self_ns = span.end_time - span.start_time
+            elements = attributes.get(BRICK_ELEMENTS, 0)
+            clock = attributes.get(CLOCK, CLOCK_HOST)
             with self._lock:
-                self._fold(span, attributes)
+                entry = self._entries.get((name, category))
+                if entry is None:
+                    entry = self._new_entry(name, category)
+                stat, labels = entry
+                if stat.count == 0 or self_ns < stat.min_ns:
+                    stat.min_ns = self_ns
+                if self_ns > stat.max_ns:
+                    stat.max_ns = self_ns
+                stat.count += 1
+                stat.total_ns += self_ns
+                stat.elements += elements
+                if clock not in self.clocks:
+                    self.clocks.add(clock)
+            # The context the SDK reads exemplars from: this span as the current one.
+            context = with_span(EMPTY_CONTEXT, NonRecordingSpan(span.context)) if self._exemplars else None
+            self._duration.record(self_ns / 1e9, labels, context=context)
+            if elements:
+                self._elements.add(elements, labels, context=context)
         except Exception:
             self.errors += 1
             if self.errors == 1:
                 logger.exception("brickscope: CategoryAggregator could not fold a span")
 
-    def _fold(self, span: ReadableSpan, attributes: Any) -> None:
-        self_ns = attributes.get(A.BRICK_SELF_DURATION_NS)
-        if self_ns is None:  # not resolved by brickscope: no nesting information
-            self_ns = span.end_time - span.start_time
-        name = attributes.get(A.BRICK_NAME, span.name)
-        category = attributes.get(A.BRICK_CATEGORY, "other")
-        elements = attributes.get(A.BRICK_ELEMENTS, 0)
+    def _new_entry(self, name: str, category: str) -> tuple[Stat, dict[str, str]]:
+        """The Stat and metric labels of a brick seen for the first time (lock held)."""
         stat = self.bricks.get(name)
         if stat is None:
             stat = self.bricks[name] = Stat()
             self.brick_category[name] = category
-        stat.add(self_ns, elements)
-        self.clocks.add(attributes.get(A.CLOCK, A.CLOCK_HOST))
-        labels = self._metric_labels.get((name, category))
-        if labels is None:
-            labels = self._metric_labels[(name, category)] = {A.BRICK_NAME: name, A.BRICK_CATEGORY: category}
-        # The context the SDK reads exemplars from: this span as the current one.
-        context = with_span(EMPTY_CONTEXT, NonRecordingSpan(span.context)) if self._exemplars else None
-        self._duration.record(self_ns / 1e9, labels, context=context)
-        if elements:
-            self._elements.add(elements, labels, context=context)
+        entry = self._entries[(name, category)] = (stat, {BRICK_NAME: name, BRICK_CATEGORY: category})
+        return entry
 
     @property
     def categories(self) -> dict[str, Stat]:
@@ -172,6 +185,7 @@ class CategoryAggregator(SpanProcessor):
         """Forget everything aggregated so far."""
         with self._lock:
             self.bricks.clear()
+            self._entries.clear()
             self.brick_category.clear()
             self.clocks.clear()
 

@@ -331,17 +331,20 @@ class GpuSyncSpanProcessor(SpanProcessor):
         queues = _batch_queues(self._provider) if time.monotonic() >= self._pace_holdoff else []
         pace_deadline = time.monotonic() + _PACE_BUDGET_S
         emitted = 0
-        while pending:
-            rec = pending[0]
-            if rec.end_mark >= 0 and not self._gpu_ready(rec, block, deadline):
-                return False
-            pending.popleft()
-            emit(build(rec), processors)
-            emitted += 1
-            if queues and emitted % _PACE_EVERY == 0 and not self._pace(queues, pace_deadline):
-                queues = []  # the exporter is not keeping up: stop waiting for it
-                self._pace_holdoff = time.monotonic() + _PACE_HOLDOFF_S
-        return True
+        try:
+            while pending:
+                rec = pending[0]
+                if rec.end_mark >= 0 and not self._gpu_ready(rec, block, deadline):
+                    return False
+                pending.popleft()
+                emit(build(rec), processors)
+                emitted += 1
+                if queues and emitted % _PACE_EVERY == 0 and not self._pace(queues, pace_deadline):
+                    queues = []  # the exporter is not keeping up: stop waiting for it
+                    self._pace_holdoff = time.monotonic() + _PACE_HOLDOFF_S
+            return True
+        finally:
+            self._counts["spans_emitted"] += emitted
 
     def _pace(self, queues: list[Any], deadline: float) -> bool:
         """Let BatchSpanProcessors drain before their queues overflow (they drop when full).
@@ -493,7 +496,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         context = rec.span_context
         if context is None:
             span_id = _otel_context.assign_span_id(rec, self._id_generator)
-            context = rec.span_context = SpanContext(rec.trace_id, span_id, False, _SAMPLED)
+            context = rec.span_context = _otel_context.sampled_context(rec.trace_id, span_id)
         return context
 
     def _self_time(self, rec: Record, duration: int) -> int:
@@ -518,7 +521,6 @@ class GpuSyncSpanProcessor(SpanProcessor):
         their faults. ``processors``: the list, when the caller looked it up once for a batch."""
         if processors is None:
             processors = self._downstream()
-        self._counts["spans_emitted"] += 1
         for processor in processors:
             try:
                 processor.on_end(span)
@@ -554,6 +556,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
                     if rec.end_mark >= 0:
                         rec.gpu_error = "unresolved_at_shutdown"
                     self._emit(self._build(rec))
+                    self._counts["spans_emitted"] += 1
         if self.timer is not None:
             try:
                 self.timer.close()
