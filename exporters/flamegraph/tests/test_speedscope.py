@@ -44,7 +44,9 @@ class TestSchema:
         """The document validates against speedscope's file-format-schema.json."""
         spans = _two_streams_two_threads(make_span)
         spans[1]._attributes["brickscope.brick.elements"] = 7
-        jsonschema.validate(_document(spans, weight), SCHEMA)
+        document = _document(spans, weight)
+        jsonschema.validate(document, SCHEMA)  # raises ValidationError on any violation
+        assert document["profiles"], "the spans must produce at least one profile"
 
     def test_empty_profile_validates(self):
         """A run without weighted spans still writes a valid (empty) document."""
