@@ -112,8 +112,11 @@ class CategoryAggregator(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         """Fold one ended span into the aggregates. Never raises."""
+        self.fold(span, span.attributes)
+
+    def fold(self, span: ReadableSpan, attributes: Any) -> None:
+        """Fold a span whose attributes the caller already holds (on_end's work). Never raises."""
         try:
-            attributes = span.attributes
             if not attributes or attributes.get(SCOPE_KIND) != SCOPE_KIND_BRICK:
                 return
             name = attributes.get(BRICK_NAME, span.name)

@@ -35,6 +35,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 from brickscope import _otel_context, _record
 from brickscope._clock import EPOCH_OFFSET_NS, perf_counter_ns
 from brickscope._record import KIND_BRICK, KIND_KERNEL, KIND_LAYER, KIND_NAMES, KIND_STEP, Record
+from brickscope.trace._aggregation import CategoryAggregator
 from brickscope.trace.attributes import (
     BRICK_CATEGORY,
     BRICK_ELEMENTS,
@@ -407,8 +408,8 @@ class GpuSyncSpanProcessor(SpanProcessor):
             timer.release(rec.end_mark)
         return None
 
-    def _build(self, rec: Record) -> ReadableSpan:
-        """The ended span for a resolved record."""
+    def _build(self, rec: Record) -> tuple[ReadableSpan, dict[str, Any]]:
+        """The ended span for a resolved record, and its attributes (a plain dict)."""
         owner = rec.owner
         kind = owner._kind
         host_start = rec.host_start + EPOCH_OFFSET_NS
@@ -477,7 +478,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
                 ),
             )
             status = Status(StatusCode.ERROR, f"{type_name}: {message}")
-        return ReadableSpan(
+        span = ReadableSpan(
             name=owner._name,
             context=self._span_context(rec),
             parent=parent_context,
@@ -490,6 +491,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
             end_time=end,
             instrumentation_scope=_INSTRUMENTATION_SCOPE,
         )
+        return span, attributes
 
     def _span_context(self, rec: Record) -> SpanContext:
         """rec's SpanContext, made once: siblings share their parent's."""
@@ -516,21 +518,32 @@ class GpuSyncSpanProcessor(SpanProcessor):
             self_ns = 0
         return self_ns
 
-    def _emit(self, span: ReadableSpan, processors: tuple | None = None) -> None:
+    def _emit(self, built: tuple[ReadableSpan, dict[str, Any]], processors: tuple | None = None) -> None:
         """Hand an ended span to every processor of the provider (but this one), isolating
-        their faults. ``processors``: the list, when the caller looked it up once for a batch."""
+        their faults. ``processors``: from :meth:`_downstream`, looked up once per batch.
+
+        A CategoryAggregator gets the attributes dict we just built along with the span,
+        sparing it a read-only view and six lookups through it per span.
+        """
+        span, attributes = built
         if processors is None:
             processors = self._downstream()
-        for processor in processors:
+        for processor, aggregator in processors:
             try:
-                processor.on_end(span)
+                if aggregator:
+                    processor.fold(span, attributes)
+                else:
+                    processor.on_end(span)
             except Exception:  # opentelemetry-python#5624: never let one reach the app
                 self._counts["processor_errors"] += 1
                 self._log_once(f"on_end:{type(processor).__name__}", "brickscope: a span processor failed")
 
-    def _downstream(self) -> tuple:
-        """The provider's processors other than this one, in order."""
-        return tuple(p for p in _provider_processors(self._provider) if p is not self)
+    def _downstream(self) -> tuple[tuple[SpanProcessor, bool], ...]:
+        """The provider's processors other than this one, in order, each with whether
+        it is a CategoryAggregator (fed through its ``fold`` fast path)."""
+        return tuple(
+            (p, isinstance(p, CategoryAggregator)) for p in _provider_processors(self._provider) if p is not self
+        )
 
     # ---- SpanProcessor ---------------------------------------------------------
 
