@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -172,7 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
-    provider = TracerProvider(resource=Resource.create({"service.name": "brickscope-quickstart"}))
+    # Under opentelemetry-instrument (or any app that set one up) use the global SDK
+    # provider, so the bricks also go wherever it exports; otherwise make our own.
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider(resource=Resource.create({"service.name": "brickscope-quickstart"}))
     written = add_exporters(provider, args.out)
     session = bs.configure(provider, clock=args.clock)
 
