@@ -390,32 +390,27 @@ static const struct {
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
-SIM_EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr) {
+/* cuGetErrorName / cuGetErrorString: the name or the text of a known error code. */
+static CUresult describe_error(int ep, CUresult error, int want_text, const char **pStr) {
     pthread_mutex_lock(&g_lock);
-    g_calls[EP_cuGetErrorName]++;
+    g_calls[ep]++;
     pthread_mutex_unlock(&g_lock);
     if (!pStr) return CUDA_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < sizeof g_errors / sizeof g_errors[0]; i++)
         if (g_errors[i].code == error) {
-            *pStr = g_errors[i].name;
+            *pStr = want_text ? g_errors[i].text : g_errors[i].name;
             return CUDA_SUCCESS;
         }
     *pStr = NULL;
     return CUDA_ERROR_INVALID_VALUE;
 }
 
+SIM_EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr) {
+    return describe_error(EP_cuGetErrorName, error, 0, pStr);
+}
+
 SIM_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr) {
-    pthread_mutex_lock(&g_lock);
-    g_calls[EP_cuGetErrorString]++;
-    pthread_mutex_unlock(&g_lock);
-    if (!pStr) return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < sizeof g_errors / sizeof g_errors[0]; i++)
-        if (g_errors[i].code == error) {
-            *pStr = g_errors[i].text;
-            return CUDA_SUCCESS;
-        }
-    *pStr = NULL;
-    return CUDA_ERROR_INVALID_VALUE;
+    return describe_error(EP_cuGetErrorString, error, 1, pStr);
 }
 
 /* ---- initialization and devices --------------------------------------------------- */
