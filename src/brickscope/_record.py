@@ -11,6 +11,10 @@ so it follows asyncio tasks and threads the way OpenTelemetry's context does
 from __future__ import annotations
 
 from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import SpanContext
 
 KIND_STEP = 0
 KIND_LAYER = 1
@@ -20,37 +24,44 @@ KIND_NAMES = ("step", "layer", "brick", "kernel")
 
 
 class Record:
-    """One scope, open or ended but not yet turned into a span."""
+    """One scope, open or ended but not yet turned into a span.
 
-    # Every slot is written by GpuSyncSpanProcessor.open() (no __init__: the hot path
-    # writes each field once). What the scope object already knows (kind, name,
-    # brick, elements, attributes) is read from ``owner`` at resolution instead.
+    Every field is written by ``GpuSyncSpanProcessor.open()`` (no ``__init__``: the
+    hot path writes each field once). What the scope object already knows (kind,
+    name, brick, elements, attributes) is read from ``owner`` at resolution instead.
+    """
+
+    owner: Any  # the scope object that opened it (closing checks it; resolution reads it)
+    recorder: Any  # the GpuSyncSpanProcessor it was opened on
+    link: Record | None  # the record below on the scope stack
+    parent: Record | None  # the brickscope parent record, or None under a foreign span
+    otel_parent: SpanContext | None  # the foreign parent span's context, if any
+    otel_context: Any  # the OTel context current inside this scope
+    trace_id: int
+    span_id: int  # 0 until someone needs it (a child, a user span, resolution)
+    span_context: SpanContext | None  # made at resolution and shared by the children
+    sampled: bool
+    thread_id: int
+    host_start: int  # perf_counter_ns
+    host_end: int
+    stream: Any  # the timer's StreamRef, or None
+    start_mark: int  # GPU timer marks; -1 when the GPU is not timing this scope
+    end_mark: int
+    gpu_error: str | None  # why GPU timing failed
+    error: tuple[str, str, str] | None  # (type name, message, stacktrace) when the body raised
+    ended: bool
+    context_token: Any  # token of the OTel context this scope attached, or None
+    nested_ns: int  # durations of bricks nested in this brick, summed at resolution
+    gpu_first: int  # extent of GPU-timed scopes inside this one, epoch ns (0: none yet)
+    gpu_last: int
+    enclosing: tuple[Any, int | None, int | None] | None  # (brick, layer, step) around it; memo
+
     __slots__ = (
-        "owner",  # the scope object that opened it (closing checks it; resolution reads it)
-        "recorder",  # the GpuSyncSpanProcessor it was opened on
-        "link",  # the record below on the scope stack
-        "parent",  # the brickscope parent record, or None under a foreign span
-        "otel_parent",  # SpanContext of the foreign parent span, if any
-        "otel_context",  # the OTel context current inside this scope
-        "trace_id",
-        "span_id",  # 0 until someone needs it (a child, a user span, resolution)
-        "span_context",  # SpanContext, made at resolution and shared by the children
-        "sampled",
-        "thread_id",
-        "host_start",  # perf_counter_ns
-        "host_end",
-        "stream",  # timer StreamRef or None
-        "start_mark",  # GPU timer marks; -1 when the GPU is not timing this scope
-        "end_mark",
-        "gpu_error",  # str: why GPU timing failed, or None
-        "error",  # (type name, message, stacktrace) when the body raised
-        "ended",
-        "context_token",  # token of the OTel context this scope attached, or None
-        "nested_ns",  # durations of bricks nested in this brick, summed at resolution
-        "gpu_first",  # extent of GPU-timed scopes inside this one, epoch ns (0: none yet)
-        "gpu_last",
-        "enclosing",  # (brick, layer index, step number) around and including it; at resolution
-    )
+        "owner", "recorder", "link", "parent", "otel_parent", "otel_context", "trace_id",
+        "span_id", "span_context", "sampled", "thread_id", "host_start", "host_end", "stream",
+        "start_mark", "end_mark", "gpu_error", "error", "ended", "context_token", "nested_ns",
+        "gpu_first", "gpu_last", "enclosing",
+    )  # fmt: skip
 
     def __repr__(self) -> str:
         return f"<Record {KIND_NAMES[self.owner._kind]} {self.owner._name!r}>"
