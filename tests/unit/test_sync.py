@@ -214,3 +214,14 @@ class TestPacing:
         assert exporter.count == 3000
         assert session.stats()["pacing_waits"] > 0
         provider.shutdown()
+
+
+class TestAfterShutdown:
+    def test_scope_closing_after_reconfigure_is_still_delivered(self, pipeline):
+        """A brick open while brickscope is reconfigured is emitted when it closes, and counted."""
+        provider, exporter = pipeline
+        first = bs.configure(provider, clock="host", max_delay_millis=60_000)
+        with bs.brick("all_reduce"):
+            bs.configure(provider, clock="host", max_delay_millis=60_000)
+        assert names(exporter) == ["all_reduce"]
+        assert first.stats()["closed_after_shutdown"] == 1

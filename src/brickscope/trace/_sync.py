@@ -72,6 +72,7 @@ _PACE_BUDGET_S = 0.5  # most one sync point waits for downstream queues, in all
 _PACE_HOLDOFF_S = 10.0  # after the budget ran out, no pacing for this long
 _BLOCK = 1  # sync, waiting for the GPU
 _POLL = 2  # sync what is already complete
+_LATE = 3  # closed after shutdown: sync it at once
 _INSTRUMENTATION_SCOPE = InstrumentationScope("brickscope", __version__)
 
 
@@ -166,6 +167,8 @@ class GpuSyncSpanProcessor(SpanProcessor):
                 "reanchor_errors",
                 "pacing_waits",
                 "pacing_timeouts",
+                "gpu_sync_errors",
+                "closed_after_shutdown",
             ),
             0,
         )
@@ -283,7 +286,9 @@ class GpuSyncSpanProcessor(SpanProcessor):
         pending.append(rec)
         action = self._close_actions[rec.owner._kind]
         if action:
-            self.sync(block=action == _BLOCK, streams=(rec.stream,))
+            if action == _LATE:
+                self._counts["closed_after_shutdown"] += 1
+            self.sync(block=action != _POLL, streams=(rec.stream,))
         elif len(pending) >= self.max_pending:
             self._counts["forced_syncs"] += 1
             self.sync(block=True)
@@ -314,11 +319,18 @@ class GpuSyncSpanProcessor(SpanProcessor):
                 if block and self.timer is not None:
                     for stream in streams:
                         if stream is not None:
-                            self.timer.synchronize(stream)
+                            self._synchronize(stream)
                 return self._resolve(block, deadline)
         except Exception:  # never into user code
             self._log_once("sync", "brickscope: resolving pending scopes failed")
             return False
+
+    def _synchronize(self, stream: Any) -> None:
+        """Wait for a stream (immediate/per_layer); a failure is left to the records to report."""
+        try:
+            self.timer.synchronize(stream)
+        except Exception:
+            self._counts["gpu_sync_errors"] += 1
 
     def _resolve(self, block: bool, deadline: float | None) -> bool:
         pending = self._pending
@@ -562,6 +574,10 @@ class GpuSyncSpanProcessor(SpanProcessor):
         if self._shutdown:
             return
         self._shutdown = True
+        # Scopes still open now (brickscope reconfigured or shut down mid-scope) are
+        # resolved one by one as they close, into the provider, instead of waiting
+        # for a sync point that will not come.
+        self._close_actions = (_LATE,) * 4
         if not self.sync(block=True, timeout_millis=timeout_millis):
             with self._lock:
                 while self._pending:
