@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import weakref
 from typing import Any
 
 from opentelemetry import metrics as otel_metrics
@@ -229,7 +228,6 @@ def configure(
     _session = Session(tracer_provider, sync_processor, aggregator, owns_provider, fallback_reason)
     _state.configured = sync_processor
     _state.recorder = sync_processor if enabled else None
-    _register_exit_and_fork(_session)
     _session._environment_context = propagation._attach_environment_context()  # noqa: SLF001
     return _session
 
@@ -303,26 +301,27 @@ def _remove_processors(provider: TracerProvider, processors: tuple) -> None:
         multi._span_processors = tuple(p for p in multi._span_processors if p not in processors)  # noqa: SLF001
 
 
-def _register_exit_and_fork(session: Session) -> None:
-    """Flush at interpreter exit; drop inherited pending scopes in a forked child."""
-    ref = weakref.ref(session)
+def _flush_at_exit() -> None:
+    """Interpreter exit: emit the open session's pending scopes (registered once)."""
+    live = _session
+    if live is not None and not live._closed:  # noqa: SLF001
+        live.sync_processor.force_flush(5000)
+        if live.tracer_provider._atexit_handler is None:  # noqa: SLF001 - provider will not flush itself
+            live.tracer_provider.force_flush(5000)
 
-    def at_exit() -> None:
-        live = ref()
-        if live is not None and not live._closed:  # noqa: SLF001
-            live.sync_processor.force_flush(5000)
-            if live.tracer_provider._atexit_handler is None:  # noqa: SLF001 - provider will not flush itself
-                live.tracer_provider.force_flush(5000)
 
-    def after_fork_in_child() -> None:
-        live = ref()
-        if live is not None:
-            live.sync_processor._forget_after_fork()  # noqa: SLF001
-        _record.TOP.set(None)
+def _forget_after_fork() -> None:
+    """In a forked child: drop the parent's pending scopes and CUDA state (registered once)."""
+    if _session is not None:
+        _session.sync_processor._forget_after_fork()  # noqa: SLF001
+    _record.TOP.set(None)
 
-    atexit.register(at_exit)
-    if hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=after_fork_in_child)
+
+# One handler each for the whole process, acting on whichever session is current:
+# registering per configure() would pile up handlers in programs that reconfigure.
+atexit.register(_flush_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _choice(what: str, value: str | None, variable: str, default: str, allowed: tuple[str, ...]) -> str:
