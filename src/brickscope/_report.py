@@ -87,11 +87,12 @@ def _rows(stats: dict[str, Stat], total: int, category_of: Any) -> list[tuple[tu
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    text_columns = len(header) - len(_HEADER)  # names left-aligned, numbers right-aligned
 
     def line(cells: tuple[str, ...]) -> str:
-        first = [cells[0].ljust(widths[0])]
-        rest = [c.ljust(w) if i == 0 and len(header) > 9 else c.rjust(w) for i, (c, w) in enumerate(zip(cells[1:], widths[1:]))]
-        return "  ".join(first + rest).rstrip()
+        return "  ".join(
+            c.ljust(w) if i < text_columns else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ).rstrip()
 
     return [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
 
@@ -100,5 +101,6 @@ def _markdown(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]
     def line(cells: tuple[str, ...]) -> str:
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
-    align = "| " + " | ".join(":--" if i < len(header) - 8 else "--:" for i in range(len(header))) + " |"
+    text_columns = len(header) - len(_HEADER)
+    align = "| " + " | ".join(":--" if i < text_columns else "--:" for i in range(len(header))) + " |"
     return [line(header), align] + [line(r) for r in rows]
