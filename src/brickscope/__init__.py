@@ -19,7 +19,19 @@ __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
 from brickscope._catalog import CATEGORIES, register_brick
 from brickscope._config import Session, configure, disable, enable, shutdown
-from brickscope._scope import BrickHandle, brick, end_brick, kernel, layer, start_brick, step, sync
+from brickscope._scope import (
+    BrickHandle,
+    ScopeToken,
+    brick,
+    end_brick,
+    enter_scope,
+    exit_scope,
+    kernel,
+    layer,
+    start_brick,
+    step,
+    sync,
+)
 from brickscope.trace import CategoryAggregator, GpuSyncSpanProcessor
 from brickscope.version import __version__
 
@@ -28,6 +40,7 @@ __all__ = [
     "BrickHandle",
     "CategoryAggregator",
     "GpuSyncSpanProcessor",
+    "ScopeToken",
     "Session",
     "__version__",
     "brick",
@@ -35,6 +48,8 @@ __all__ = [
     "disable",
     "enable",
     "end_brick",
+    "enter_scope",
+    "exit_scope",
     "kernel",
     "layer",
     "register_brick",

@@ -31,7 +31,8 @@ class Record:
     name, brick, elements, attributes) is read from ``owner`` at resolution instead.
     """
 
-    owner: Any  # the scope object that opened it (closing checks it; resolution reads it)
+    owner: Any  # the scope object it records (resolution reads name, kind, brick... from it)
+    opener: Any  # what a ``with`` exit matches it by: the entry or shared scope that opened it, or None
     recorder: Any  # the GpuSyncSpanProcessor it was opened on
     link: Record | None  # the record below on the scope stack
     parent: Record | None  # the brickscope parent record, or None under a foreign span
@@ -57,14 +58,17 @@ class Record:
     enclosing: tuple[Any, int | None, int | None] | None  # (brick, layer, step) around it; memo
 
     __slots__ = (
-        "owner", "recorder", "link", "parent", "otel_parent", "otel_context", "trace_id",
+        "owner", "opener", "recorder", "link", "parent", "otel_parent", "otel_context", "trace_id",
         "span_id", "span_context", "sampled", "thread_id", "host_start", "host_end", "stream",
         "start_mark", "end_mark", "gpu_error", "error", "ended", "context_token", "nested_ns",
         "gpu_first", "gpu_last", "enclosing",
     )  # fmt: skip
 
     def __repr__(self) -> str:
-        return f"<Record {KIND_NAMES[self.owner._kind]} {self.owner._name!r}>"
+        owner = getattr(self, "owner", None)
+        if owner is None:
+            return "<brickscope scope token (inert)>"
+        return f"<brickscope scope token: {KIND_NAMES[owner._kind]} {owner._name!r}>"
 
 
 #: The innermost open scope of the current context (thread or asyncio task).

@@ -72,6 +72,33 @@ def _exit_failed(rec: Record) -> None:
     _warn_once("exit", "brickscope: closing a scope failed", exc_info=True)
 
 
+def _innermost_open(top: Record | None, opener: Any) -> Record | None:
+    """The innermost open record of this context's stack that ``opener`` opened, or None."""
+    while top is not None:
+        if top.opener is opener and not top.ended:
+            return top
+        top = top.link
+    return None
+
+
+def _on_stack(top: Record | None, rec: Record) -> bool:
+    """Whether ``rec`` is on this context's stack (open or ended out of order)."""
+    while top is not None:
+        if top is rec:
+            return True
+        top = top.link
+    return False
+
+
+def _exit_out_of_order(scope: _Scope, top: Record, error: BaseException | None) -> None:
+    """A ``with`` on ``scope`` ends but its record is not the innermost: close the
+    innermost record ``scope`` opened in this context (the stack is repaired and
+    counted), or nothing if this entry recorded nothing (brickscope was off)."""
+    rec = _innermost_open(top, scope)
+    if rec is not None:
+        _exit(rec, error)
+
+
 class _Scope:
     """Common machinery of every scope kind: with-statement and decorator."""
 
@@ -84,18 +111,20 @@ class _Scope:
         recorder = _state.recorder
         if recorder is not None:
             try:
-                recorder.open(self)
+                recorder.open(self, self)
             except Exception:
                 _enter_failed(recorder)
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         rec = _TOP_get()
-        if rec is not None and rec.owner is self:
+        if rec is not None and rec.opener is self and not rec.ended:
             try:
                 rec.recorder.close(rec, exc)
             except Exception:
                 _exit_failed(rec)
+        elif rec is not None:
+            _exit_out_of_order(self, rec, exc)
 
     def __call__(self, func: F) -> F:
         """Decorate ``func``: each call runs inside this scope (coroutines: each await)."""
@@ -275,6 +304,74 @@ class Step(_Grouping):
     _index_name = "step number"
 
 
+class _Entry:
+    """One use of a shared scope object: what the factories return while brickscope records.
+
+    The factories share one immutable scope object per name, so that building a scope
+    per call stays cheap; a ``with`` needs to close exactly the record it opened,
+    though (two nested same-name bricks, two generators interleaving the same brick),
+    which a shared object cannot remember. The entry remembers it.
+    """
+
+    __slots__ = ("_scope", "_record")
+
+    def __enter__(self) -> _Entry:
+        recorder = _state.recorder
+        if recorder is None:
+            self._record = None
+        else:
+            try:
+                self._record = recorder.open(self._scope, self)
+            except Exception:
+                self._record = None
+                _enter_failed(recorder)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        rec = self._record
+        if rec is None:
+            return
+        if _TOP_get() is rec:
+            try:
+                rec.recorder.close(rec, exc)
+            except Exception:
+                _exit_failed(rec)
+        else:
+            _exit_entry_out_of_order(self, rec, exc)
+
+    def __call__(self, func: F) -> F:
+        """Decorate ``func`` with the shared scope (each call opens its own record)."""
+        return self._scope(func)
+
+    def __repr__(self) -> str:
+        return f"<brickscope {KIND_NAMES[self._scope._kind]} {self._scope._name!r}>"
+
+
+def _exit_entry_out_of_order(entry: _Entry, rec: Record, error: BaseException | None) -> None:
+    """The entry's record is not the innermost open one: close it where it is (counted
+    as a repair), unless it is not on this context's stack (the entry was entered
+    again, here or on another thread): then close the innermost record this entry
+    opened in this context."""
+    top = _TOP_get()
+    if rec.ended or not _on_stack(top, rec):
+        rec = _innermost_open(top, entry)
+        if rec is None:
+            return
+    _exit(rec, error)
+
+
+_new_entry = object.__new__
+
+
+def _entry(scope: _Scope) -> Any:
+    """``scope`` itself when brickscope is off (nothing to remember), else a fresh entry."""
+    if _state.recorder is None:
+        return scope
+    entry = _new_entry(_Entry)
+    entry._scope = scope
+    return entry
+
+
 # Scope objects are immutable and stateless, so the factories hand out one shared
 # object per name (or index) for the plain forms, ``brick("rms_norm")`` and
 # ``brick("rms_norm", stream=s)``: building a
@@ -298,7 +395,7 @@ def brick(name: str, category: str | None = None, elements: int = 0, stream: Any
     if category is None and not elements and not attributes:
         key = name if stream is None else (name, stream)
         try:
-            return _bricks[key]
+            scope = _bricks[key]
         except (KeyError, TypeError):  # new, or unhashable (Brick() says what is wrong)
             scope = Brick(name, stream=stream)
             if len(_bricks) < _CACHE_LIMIT:
@@ -306,7 +403,11 @@ def brick(name: str, category: str | None = None, elements: int = 0, stream: Any
                     _bricks[key] = scope
                 except TypeError:  # an unhashable stream object: not cached
                     pass
+        if _state.recorder is None:
             return scope
+        entry = _new_entry(_Entry)
+        entry._scope = scope
+        return entry
     return Brick(name, category, elements, stream, **attributes)
 
 
@@ -326,12 +427,12 @@ def kernel(
     """
     if grid is None and block is None and shared_mem_bytes is None and stream is None and not attributes:
         try:
-            return _kernels[name]
+            scope = _kernels[name]
         except (KeyError, TypeError):
             scope = Kernel(name)
             if len(_kernels) < _CACHE_LIMIT:
                 _kernels[name] = scope
-            return scope
+        return _entry(scope)
     return Kernel(name, grid, block, shared_mem_bytes, stream, **attributes)
 
 
@@ -361,17 +462,70 @@ def _indexed(cls: Any, cache: dict[int, Any], index: int, attributes: dict[str, 
         scope = cls(index)
         if len(cache) < _CACHE_LIMIT:
             cache[index] = scope
-    return scope
+    return _entry(scope)
 
 
-class BrickHandle:
-    """An open brick started with :func:`start_brick`; close it with :func:`end_brick`."""
+#: What :func:`enter_scope` returns: opaque, for :func:`exit_scope` only.
+ScopeToken = Record
+#: The handle :func:`start_brick` returns (a :data:`ScopeToken`).
+BrickHandle = Record
 
-    __slots__ = ("_record", "_scope")
+_INERT = Record()  # the token of a scope that recorded nothing (brickscope off)
+_INERT.ended = True
 
-    def __init__(self, scope: Brick, record: Record | None) -> None:
-        self._scope = scope
-        self._record = record
+
+def enter_scope(scope: Any) -> ScopeToken:
+    """Open ``scope`` (from :func:`brick`, :func:`kernel`, :func:`layer` or :func:`step`)
+    without a ``with`` block: for hooks and middleware, which get called at the start
+    and at the end of the work. Close it with :func:`exit_scope`.
+
+    Scopes opened on this thread or task while it is open nest under it. Returns an
+    opaque token, an inert one when brickscope is off. Never raises.
+
+    .. versionadded:: 0.2.0
+    """
+    if type(scope) is _Entry:
+        scope = scope._scope
+    recorder = _state.recorder
+    if recorder is None:
+        return _INERT
+    if not isinstance(scope, _Scope):
+        _misuse("enter_scope_type", "brickscope: enter_scope() expects a brick, kernel, layer or step scope, got %r", scope)
+        return _INERT
+    try:
+        return recorder.open(scope)
+    except Exception:
+        _enter_failed(recorder)
+        return _INERT
+
+
+def exit_scope(token: ScopeToken, error: BaseException | None = None) -> None:
+    """Close the scope ``token`` was returned for (optionally recording ``error``).
+
+    Exactly that scope ends, even when scopes opened after it are still open: they
+    stay open, keep it as their parent, and the repair is counted
+    (``stats()["scope_repairs"]``). Exiting a token twice, or something that is not
+    a token, counts as misuse, logs one warning and is ignored. Never raises.
+
+    .. versionadded:: 0.2.0
+    """
+    if type(token) is not Record:
+        _misuse("exit_scope_type", "brickscope: exit_scope() expects a token from enter_scope(), got %r", token)
+        return
+    if token is _INERT:
+        return
+    if token.ended:
+        token.recorder.count("misuse")
+        _warn_once("exit_twice", "brickscope: scope %r ended twice (exit_scope/end_brick); ignored", token.owner._name)
+        return
+    _exit(token, error)
+
+
+def _misuse(key: str, message: str, *args: object) -> None:
+    recorder = _state.configured
+    if recorder is not None:
+        recorder.count("misuse")
+    _warn_once(key, message, *args)
 
 
 class _HandleBrick(Brick):
@@ -388,31 +542,20 @@ def start_brick(
     """Open a brick that does not fit one lexical block; returns the handle for :func:`end_brick`.
 
     Scopes opened on this context while it is open nest under it. Arguments as :class:`brick`.
+    Unlike :func:`enter_scope`, the brick never becomes the current OTel span, so its
+    end may come from any task or thread.
 
     .. versionadded:: 0.1.0
     """
-    scope = _HandleBrick(name, category, elements, stream, **attributes)
-    return BrickHandle(scope, _enter(scope))
+    return enter_scope(_HandleBrick(name, category, elements, stream, **attributes))
 
 
 def end_brick(handle: BrickHandle, error: BaseException | None = None) -> None:
-    """Close a brick opened with :func:`start_brick` (optionally recording ``error``).
-
-    Ending a handle twice, or something that is not a handle, logs one warning and is ignored.
+    """Close a brick opened with :func:`start_brick` (optionally recording ``error``): :func:`exit_scope`.
 
     .. versionadded:: 0.1.0
     """
-    rec = handle._record if isinstance(handle, BrickHandle) else None
-    if not isinstance(handle, BrickHandle):
-        _warn_once("end_brick_type", "brickscope: end_brick() expects a handle from start_brick(), got %r", handle)
-        return
-    if rec is None:
-        return
-    if rec.ended:
-        rec.recorder.count("misuse")
-        _warn_once("end_brick_twice", "brickscope: brick %r ended twice; ignored", rec.owner._name)
-        return
-    _exit(rec, error)
+    exit_scope(handle, error)
 
 
 def sync(timeout_millis: float | None = None) -> bool:

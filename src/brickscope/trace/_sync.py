@@ -169,6 +169,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
                 "pacing_timeouts",
                 "gpu_sync_errors",
                 "closed_after_shutdown",
+                "scope_repairs",
             ),
             0,
         )
@@ -182,8 +183,12 @@ class GpuSyncSpanProcessor(SpanProcessor):
 
     # ---- hot path (scope enter / exit) ------------------------------------------
 
-    def open(self, owner: Any) -> Record:
-        """Push a new record for a scope entering on this thread/task. Never blocks."""
+    def open(self, owner: Any, opener: Any = None) -> Record:
+        """Push a new record for a scope entering on this thread/task. Never blocks.
+
+        ``opener``: the object a ``with`` exit will look the record up by (None for
+        token and decorator scopes, which keep the record themselves).
+        """
         rec = Record()
         top = _record.TOP.get()
         current = _otel_context.current()
@@ -214,6 +219,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
             rec.context_token = None
         rec.otel_context = current
         rec.owner = owner
+        rec.opener = opener
         rec.recorder = self
         rec.link = top
         rec.span_id = 0
@@ -267,16 +273,18 @@ class GpuSyncSpanProcessor(SpanProcessor):
             rec.end_mark = self.timer.mark(rec.stream)
         rec.host_end = end
         rec.ended = True
-        if rec.context_token is not None:
-            try:
-                _otel_context.detach(rec.context_token)
-            except ValueError:  # closed from another context than it opened in
-                self._counts["misuse"] += 1
-        if _record.TOP.get() is rec:
+        if _record.TOP.get() is rec:  # the innermost open scope: the usual, LIFO case
+            if rec.context_token is not None:
+                _release_context(rec)
             below = rec.link
-            while below is not None and below.ended:  # skip bricks ended out of order
+            while below is not None and below.ended:  # scopes ended out of order surface now
+                if below.context_token is not None:
+                    _release_context(below)
                 below = below.link
             _record.TOP.set(below)
+        else:
+            self._counts["scope_repairs"] += 1
+            _repair_stack(rec)
         if error is not None:
             rec.error = _describe(error)
         if not rec.sampled:
@@ -640,6 +648,49 @@ def _static_root_decision(sampler: Any) -> bool | None:
     if isinstance(sampler, StaticSampler):
         return sampler._decision == Decision.RECORD_AND_SAMPLE  # noqa: SLF001
     return None
+
+
+def _release_context(rec: Record) -> None:
+    """Detach the OTel context ``rec`` attached on open.
+
+    Called when rec leaves the top of its stack, so every context attached after
+    it has been detached (LIFO) unless user code leaked one. From another
+    ``contextvars.Context`` (a task or thread other than the opener) the token
+    cannot be reset: it stays on the record, for the opening context to reset
+    when the record surfaces there.
+    """
+    try:
+        _otel_context.detach(rec.context_token)
+    except ValueError:  # another Context: left for the one that attached it
+        return
+    except RuntimeError:  # already reset
+        pass
+    rec.context_token = None
+
+
+def _repair_stack(rec: Record) -> None:
+    """``rec`` ended but is not the innermost open scope of this context.
+
+    Records at the top that were ended from another context surface first (and
+    release their OTel context). If rec is then innermost it leaves as usual;
+    otherwise it stays linked below the scopes still open, marked ended: they
+    keep it as their parent, new scopes never get it, and its OTel context is
+    released when it surfaces (when the scopes above it have ended).
+    """
+    top = _record.TOP.get()
+    while top is not None and top.ended and top is not rec:
+        if top.context_token is not None:
+            _release_context(top)
+        top = top.link
+    if top is rec:
+        if rec.context_token is not None:
+            _release_context(rec)
+        top = rec.link
+        while top is not None and top.ended:
+            if top.context_token is not None:
+                _release_context(top)
+            top = top.link
+    _record.TOP.set(top)
 
 
 def _widen_extent(rec: Record, start: int, end: int) -> None:
