@@ -23,7 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._reader import iter_packets
+from brickscope.offline import TraceFileError
+
+from ._reader import PacketError, iter_packets
 from ._schema import frame, pb
 
 _UUID_MASK = (1 << 63) - 1
@@ -116,7 +118,7 @@ def merge_traces(
 
             count = 0
             with open(path, "rb") as stream:
-                for data in iter_packets(stream):
+                for data in _packets(path, stream):
                     packet = pb.TracePacket.FromString(data)
                     if packet.HasField("trusted_packet_sequence_id"):
                         packet.trusted_packet_sequence_id = sequences.map(
@@ -131,6 +133,14 @@ def merge_traces(
                 progress(os.fspath(path), total, total)
             counts.append(count)
     return MergeResult(counts, sequences.renamed, uuids.renamed)
+
+
+def _packets(path: str | os.PathLike[str], stream: Any) -> Any:
+    try:
+        for _, data in iter_packets(stream):
+            yield data
+    except PacketError as exc:
+        raise TraceFileError(path, exc.what, offset=exc.offset) from None
 
 
 def _remap_tracks(packet: pb.TracePacket, track: Callable[[int], int]) -> None:

@@ -1,38 +1,52 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Read a ``.pftrace`` written by this package back into OpenTelemetry spans.
+"""Read a ``.pftrace`` written by this package back into OpenTelemetry spans, streaming.
 
 Example::
 
-    from brickscope.exporter.perfetto import read_spans
+    from brickscope.offline import open_spans
 
-    for span in read_spans("trace.pftrace"):
+    for span in open_spans("trace.pftrace"):   # this module, through brickscope.readers
         print(span.name, span.end_time - span.start_time, span.attributes)
 
-Decoding follows the trace processor's rules: interned data per packet sequence
-(cleared by ``SEQ_INCREMENTAL_STATE_CLEARED``), timestamps on the sequence's
-incremental clock or absolute, and per track the events sorted by timestamp
-(file order for equal ones), an END closing the most recent open slice. Each
-slice that carries the span's identity (the ``otel`` annotation dictionary)
-becomes one span; launch slices, link markers and slices of other producers are
-skipped. What comes back: name, trace/span/parent ids, start and end (the GPU
-interval for GPU-timed spans), attributes with their types, kind, status,
-events, links, the instrumentation scope and a resource holding ``service.name``
-(plus ``process.pid`` when it was real, and the other resource attributes as
-strings, from the process labels).
+Registered as the ``pftrace`` format of :func:`brickscope.offline.open_spans`
+(entry-point group ``brickscope.readers``); :func:`read_spans` is the older list
+API. Decoding follows the trace processor's rules: interned data per packet
+sequence (cleared by ``SEQ_INCREMENTAL_STATE_CLEARED``), timestamps on the
+sequence's incremental clock or absolute, an END closing the most recent open
+slice of its track. Each slice that carries the span's identity (the ``otel``
+annotation dictionary) becomes one span; launch slices, link markers and slices
+of other producers are skipped. What comes back: name, trace/span/parent ids,
+start and end (the GPU interval for GPU-timed spans), attributes with their
+types, kind, status, events, links, the instrumentation scope and a resource
+holding ``service.name`` (plus ``process.pid`` when it was real, and the other
+resource attributes as strings, from the process labels).
+
+Memory is bounded: packets are read one at a time, and a span is held only
+until :data:`_HOLD_SPANS` later spans have ended. The writer writes each export
+batch as complete, properly nested slices with the span's events and its launch
+slice in the same batch, so a held span has all of them once two batches of up
+to 4096 spans have passed; an event that turns up later (or never finds its
+span) is counted and logged, not silently lost. A file that ends inside a
+packet, or with slices begun and never ended, was cut short: an error, or with
+``allow_truncated`` the spans completed before the cut.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Iterator
 from typing import IO, Any
 
+from google.protobuf.message import DecodeError
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
+from brickscope.offline import ProgressCallback, TraceFormat, TraceSource
 from brickscope.trace.attributes import GPU_DURATION_NS, HOST_DURATION_NS, HOST_START_NS
 
 from ._annotations import decode_annotations
@@ -64,45 +78,71 @@ from ._schema import (
     pb,
 )
 
+_logger = logging.getLogger(__name__)
+
 _SYNTHETIC_ID_BASE = 1 << 22
 _CHUNK = 1 << 20
+#: A packet longer than this is a corrupt length, not a packet (ours are a few KiB).
+MAX_PACKET_BYTES = 64 << 20
+#: Ended spans held back for their late events (see the module docstring).
+_HOLD_SPANS = 8192
+#: Launch slices and events waiting for their span, at most.
+_MAX_WAITING = 1 << 16
+_PROGRESS_EVERY_PACKETS = 4096
 
-#: Called as ``progress(bytes_read, total_bytes)`` while a file is read.
-ProgressCallback = Callable[[int, int], None]
+
+class PacketError(ValueError):
+    """The packet stream is broken at ``offset``; ``truncated`` when the data just ends."""
+
+    def __init__(self, offset: int, what: str, *, truncated: bool) -> None:
+        super().__init__(what)
+        self.offset = offset
+        self.what = what
+        self.truncated = truncated
 
 
-def iter_packets(stream: IO[bytes]) -> Iterator[bytes]:
-    """Yield each serialized TracePacket of a trace, reading the stream in chunks.
+def iter_packets(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(offset, serialized TracePacket)`` for each packet, reading in chunks.
 
-    A truncated last packet (a file cut while it was written) ends the iteration.
+    Raises:
+        PacketError: a field that is not a length-delimited one, a length beyond
+            :data:`MAX_PACKET_BYTES`, or the data ending inside a field
+            (``truncated``), with the offset where that field starts.
     """
     buffer = b""
-    offset = 0
+    offset = 0  # into buffer
+    base = 0  # stream offset of buffer[0]
     while True:
         chunk = stream.read(_CHUNK)
         if chunk:
             buffer = buffer[offset:] + chunk
+            base += offset
             offset = 0
         while True:
-            parsed = _field(buffer, offset)
+            parsed = _field(buffer, offset, base)
             if parsed is None:
                 break
             tag, start, end = parsed
-            offset = end
             if tag == TRACE_PACKET_TAG:
-                yield buffer[start:end]
+                yield base + offset, buffer[start:end]
+            offset = end
         if not chunk:
+            if offset < len(buffer):
+                have = len(buffer) - offset
+                raise PacketError(
+                    base + offset, f"truncated: the file ends inside a packet ({have} bytes of it)", truncated=True
+                )
             return
 
 
-def _field(buffer: bytes, offset: int) -> tuple[int, int, int] | None:
+def _field(buffer: bytes, offset: int, base: int) -> tuple[int, int, int] | None:
     """(tag, payload start, payload end) of the length-delimited field at offset, if complete."""
     size = len(buffer)
     if offset >= size:
         return None
     tag = buffer[offset]
-    if tag & 0x07 != 2:
-        raise ValueError(f"not a Perfetto trace: unexpected field tag {tag:#x}")
+    if tag & 0x07 != 2 or tag & 0x80:
+        raise PacketError(base + offset, f"not a Perfetto trace packet: unexpected field tag {tag:#x}", truncated=False)
     position = offset + 1
     length = shift = 0
     while True:
@@ -114,6 +154,10 @@ def _field(buffer: bytes, offset: int) -> tuple[int, int, int] | None:
         shift += 7
         if not byte & 0x80:
             break
+        if shift > 63:
+            raise PacketError(base + offset, "corrupt packet length", truncated=False)
+    if length > MAX_PACKET_BYTES:
+        raise PacketError(base + offset, f"corrupt packet length {length} (over {MAX_PACKET_BYTES >> 20} MiB)", truncated=False)
     if position + length > size:
         return None
     return tag, position, position + length
@@ -136,8 +180,187 @@ class _Sequence:
             raise ValueError(f"interned id {iid} of table {table!r} used before it was defined") from None
 
 
+class _Open:
+    """A slice begun and not yet ended, decoded while its interning generation was current."""
+
+    __slots__ = ("start", "name", "trace_id", "attributes", "meta", "flows", "ours")
+
+    def __init__(self, start: int, event: Any, sequence: _Sequence) -> None:
+        self.start = start
+        attributes, meta = decode_annotations(event.debug_annotations, sequence.lookup)
+        self.ours = META_SPAN_ID in meta
+        self.attributes = attributes
+        self.meta = meta
+        self.flows = tuple(event.flow_ids)
+        self.name = ""
+        self.trace_id = 0
+        if self.ours:
+            # A GPU span's slice ends the flow from its launch, whose id is the span id.
+            meta["_gpu"] = meta[META_SPAN_ID] in event.terminating_flow_ids
+            self.name = _event_name(event, sequence)
+            if event.HasField("correlation_id_str_iid"):
+                self.trace_id = int(sequence.lookup("correlations", event.correlation_id_str_iid), 16)
+            elif event.HasField("correlation_id_str"):
+                self.trace_id = int(event.correlation_id_str, 16)
+
+
+class _Decoder:
+    """Packets in, ended spans out: the streaming state of one file."""
+
+    def __init__(self) -> None:
+        self.sequences: dict[int, _Sequence] = {}
+        self.descriptors: dict[int, Any] = {}
+        self.resources: dict[int, Resource] = {}
+        self.open: dict[int, list[_Open]] = {}  # track uuid -> stack of open slices
+        self.ended: deque[tuple[int, int, int, _Open]] = deque()  # (uuid, start, end, slice)
+        self.launches: dict[int, tuple[int, int]] = {}  # flow id -> host launch (start, end)
+        self.events: dict[int, list[Event]] = {}  # span id -> events so far
+        self.released: set[int] = set()
+        self.lost_events = 0
+
+    def packet(self, data: bytes) -> None:
+        packet = pb.TracePacket.FromString(data)
+        sequence = self.sequences.get(packet.trusted_packet_sequence_id)
+        if sequence is None:
+            sequence = self.sequences[packet.trusted_packet_sequence_id] = _Sequence()
+        if packet.sequence_flags & SEQ_INCREMENTAL_STATE_CLEARED or packet.incremental_state_cleared:
+            sequence.tables.clear()
+            sequence.default_clock = 0
+        if packet.HasField("trace_packet_defaults"):
+            sequence.default_clock = packet.trace_packet_defaults.timestamp_clock_id
+        if packet.HasField("interned_data"):
+            _intern(sequence, packet.interned_data)
+        if packet.HasField("clock_snapshot"):
+            for clock in packet.clock_snapshot.clocks:
+                if clock.is_incremental:
+                    sequence.clocks[clock.clock_id] = clock.timestamp
+        if packet.HasField("track_descriptor"):
+            self.descriptors[packet.track_descriptor.uuid] = packet.track_descriptor
+            self.resources.pop(packet.track_descriptor.uuid, None)
+        if packet.HasField("track_event"):
+            self._event(_timestamp(packet, sequence), packet.track_event, sequence)
+
+    def _event(self, ts: int, event: Any, sequence: _Sequence) -> None:
+        kind = event.type
+        uuid = event.track_uuid
+        if kind == TYPE_SLICE_BEGIN:
+            self.open.setdefault(uuid, []).append(_Open(ts, event, sequence))
+        elif kind == TYPE_SLICE_END:
+            stack = self.open.get(uuid)
+            if stack:
+                piece = stack.pop()
+                if piece.ours:
+                    self.ended.append((uuid, piece.start, ts, piece))
+                else:  # a GPU span's launch slice (or another producer's slice)
+                    for flow in piece.flows:
+                        _bounded_put(self.launches, flow, (piece.start, ts))
+        elif kind == TYPE_INSTANT:
+            attributes, meta = decode_annotations(event.debug_annotations, sequence.lookup)
+            owner = meta.get(META_EVENT_OF)
+            if owner is not None:
+                if owner in self.released:
+                    self.lost_events += 1
+                    return
+                if owner not in self.events and len(self.events) >= _MAX_WAITING:
+                    self.lost_events += len(self.events.pop(next(iter(self.events))))
+                self.events.setdefault(owner, []).append(Event(_event_name(event, sequence), attributes, timestamp=ts))
+
+    def ready(self, *, final: bool = False) -> Iterator[ReadableSpan]:
+        """Spans held long enough (all of them when ``final``)."""
+        ended = self.ended
+        while len(ended) > _HOLD_SPANS or (final and ended):
+            yield self._span(*ended.popleft())
+
+    def unfinished(self) -> int:
+        """Slices of ours begun and never ended."""
+        return sum(1 for stack in self.open.values() for piece in stack if piece.ours)
+
+    def _span(self, uuid: int, start: int, end: int, piece: _Open) -> ReadableSpan:
+        meta = piece.meta
+        attributes = piece.attributes
+        span_id = meta[META_SPAN_ID]
+        implied = meta.get(META_IMPLIED, 0)
+        launch = self.launches.pop(span_id, None) if meta.get("_gpu") else None
+        if implied:
+            host_start, host_end = launch if launch is not None else (start, end)
+            if implied & IMPLIED_HOST_START:
+                attributes[HOST_START_NS] = host_start
+            if implied & IMPLIED_HOST_DURATION:
+                attributes[HOST_DURATION_NS] = host_end - host_start
+            if implied & IMPLIED_GPU_DURATION:
+                attributes[GPU_DURATION_NS] = end - start
+        resource = self.resources.get(uuid)
+        if resource is None:
+            resource = self.resources[uuid] = _resource(uuid, self.descriptors)
+        if len(self.released) >= _MAX_WAITING:
+            self.released.clear()
+        self.released.add(span_id)
+        events = self.events.pop(span_id, ())
+        return _span(piece.name, piece.trace_id, start, end, attributes, meta, events, resource)
+
+
+def read_pftrace(source: TraceSource) -> Iterator[ReadableSpan]:
+    """Yield the spans of a ``.pftrace``, streaming (the ``pftrace`` format of ``open_spans``)."""
+    decoder = _Decoder()
+    count = 0
+    offset = 0
+    try:
+        for offset, data in iter_packets(source.stream):
+            try:
+                decoder.packet(data)
+            except DecodeError as exc:
+                raise source.error(f"corrupt packet: {exc}", offset=offset) from None
+            except (ValueError, KeyError, TypeError, IndexError, OverflowError) as exc:
+                raise source.error(f"bad packet: {exc}", offset=offset) from None
+            count += 1
+            if count % _PROGRESS_EVERY_PACKETS == 0:
+                source.report_progress()
+            yield from decoder.ready()
+    except PacketError as exc:
+        error = source.error(exc.what, offset=exc.offset)
+        if not exc.truncated:
+            raise error from None
+        source.truncated(error)
+    else:
+        unfinished = decoder.unfinished()
+        if unfinished:
+            source.truncated(
+                source.error(f"truncated: {unfinished} slices begun and never ended (the writer was cut off?)")
+            )
+    yield from decoder.ready(final=True)
+    if decoder.lost_events:
+        _logger.warning(
+            "%s: %d span events whose span was not found nearby were skipped", source.path, decoder.lost_events
+        )
+
+
+class PftraceFormat(TraceFormat):
+    """``.pftrace`` files: registered under ``brickscope.readers`` as ``pftrace``."""
+
+    name = "pftrace"
+
+    def matches(self, head: bytes) -> bool:
+        # Trace.packet (field 1, length-delimited), then a sane length varint.
+        if len(head) < 2 or head[0] != TRACE_PACKET_TAG:
+            return False
+        try:
+            _field(head, 0, 0)
+        except PacketError:
+            return False
+        return True
+
+    def read(self, source: TraceSource) -> Iterator[ReadableSpan]:
+        return read_pftrace(source)
+
+
+#: The instance the ``brickscope.readers`` entry point names.
+PFTRACE = PftraceFormat()
+
+
 def read_spans(path: str | os.PathLike[str], *, progress: ProgressCallback | None = None) -> list[ReadableSpan]:
     """Decode every span of a ``.pftrace`` written by :class:`PerfettoSpanExporter`.
+
+    Kept for compatibility: :func:`brickscope.offline.open_spans` streams instead.
 
     Args:
         path: the trace file (a merged one works too).
@@ -147,43 +370,24 @@ def read_spans(path: str | os.PathLike[str], *, progress: ProgressCallback | Non
         Ended spans, ordered by start time.
 
     Raises:
-        ValueError: the file is not a Perfetto protobuf trace, or uses an
-            interned id it never defined.
+        TraceFileError: (a ValueError) the file is not a Perfetto protobuf
+            trace, is corrupt or truncated, or uses an interned id it never defined.
         OSError: the file cannot be read.
     """
-    path = os.fspath(path)
-    total = os.path.getsize(path)
-    sequences: dict[int, _Sequence] = {}
-    descriptors: dict[int, Any] = {}
-    tracks: dict[int, list[tuple[int, int, int, Any]]] = {}
-    index = 0
-    with open(path, "rb") as stream:
-        for data in iter_packets(stream):
-            packet = pb.TracePacket.FromString(data)
-            index += 1
-            sequence = sequences.setdefault(packet.trusted_packet_sequence_id, _Sequence())
-            if packet.sequence_flags & SEQ_INCREMENTAL_STATE_CLEARED or packet.incremental_state_cleared:
-                sequence.tables.clear()
-                sequence.default_clock = 0
-            if packet.HasField("trace_packet_defaults"):
-                sequence.default_clock = packet.trace_packet_defaults.timestamp_clock_id
-            if packet.HasField("interned_data"):
-                _intern(sequence, packet.interned_data)
-            if packet.HasField("clock_snapshot"):
-                for clock in packet.clock_snapshot.clocks:
-                    if clock.is_incremental:
-                        sequence.clocks[clock.clock_id] = clock.timestamp
-            if packet.HasField("track_descriptor"):
-                descriptors[packet.track_descriptor.uuid] = packet.track_descriptor
-            if packet.HasField("track_event"):
-                ts = _timestamp(packet, sequence)
-                event = packet.track_event
-                tracks.setdefault(event.track_uuid, []).append((ts, index, event.type, (event, sequence)))
-            if progress is not None and index % 4096 == 0:
-                progress(stream.tell(), total)
-    if progress is not None:
-        progress(total, total)
-    return _spans(tracks, descriptors)
+    source = TraceSource(os.fspath(path), progress=progress)
+    try:
+        if not PFTRACE.matches(source.stream.peek(64)[:64]):
+            raise source.error("not a Perfetto trace (it does not start with a trace packet)")
+        spans = list(read_pftrace(source))
+        source.report_progress(final=True)
+    finally:
+        source.close()
+    spans.sort(key=lambda span: (span.start_time, span.end_time))
+    return spans
+
+
+def _event_name(event: Any, sequence: _Sequence) -> str:
+    return sequence.lookup("event_names", event.name_iid) if event.HasField("name_iid") else event.name
 
 
 def _intern(sequence: _Sequence, interned: Any) -> None:
@@ -217,71 +421,10 @@ def _timestamp(packet: Any, sequence: _Sequence) -> int:
     return ts
 
 
-def _spans(tracks: dict[int, list[tuple[int, int, int, Any]]], descriptors: dict[int, Any]) -> list[ReadableSpan]:
-    spans: list[tuple[Any, ...]] = []
-    launches: dict[int, tuple[int, int]] = {}  # flow id -> host launch slice (start, end)
-    events: dict[int, list[Event]] = {}
-    resources: dict[int, Resource] = {}
-    for uuid, items in tracks.items():
-        items.sort(key=lambda item: (item[0], item[1]))
-        stack: list[tuple[int, Any]] = []
-        for ts, _, kind, payload in items:
-            if kind == TYPE_SLICE_BEGIN:
-                stack.append((ts, payload))
-            elif kind == TYPE_SLICE_END:
-                if stack:
-                    start, (event, sequence) = stack.pop()
-                    _slice(spans, launches, uuid, start, ts, event, sequence)
-            elif kind == TYPE_INSTANT:
-                event, sequence = payload
-                attributes, meta = decode_annotations(event.debug_annotations, sequence.lookup)
-                owner = meta.get(META_EVENT_OF)
-                if owner is not None:
-                    name = sequence.lookup("event_names", event.name_iid) if event.HasField("name_iid") else event.name
-                    events.setdefault(owner, []).append(Event(name, attributes, timestamp=ts))
-    out = []
-    for uuid, start, end, name, trace_id, attributes, meta in spans:
-        implied = meta.get(META_IMPLIED, 0)
-        if implied:
-            span_id = meta[META_SPAN_ID]
-            host_start, host_end = launches.get(span_id, (start, end)) if meta.get("_gpu") else (start, end)
-            if implied & IMPLIED_HOST_START:
-                attributes[HOST_START_NS] = host_start
-            if implied & IMPLIED_HOST_DURATION:
-                attributes[HOST_DURATION_NS] = host_end - host_start
-            if implied & IMPLIED_GPU_DURATION:
-                attributes[GPU_DURATION_NS] = end - start
-        resource = resources.get(uuid)
-        if resource is None:
-            resource = resources[uuid] = _resource(uuid, descriptors)
-        out.append(_span(name, trace_id, start, end, attributes, meta, events, resource))
-    out.sort(key=lambda span: (span.start_time, span.end_time))
-    return out
-
-
-def _slice(
-    spans: list[tuple[Any, ...]],
-    launches: dict[int, tuple[int, int]],
-    uuid: int,
-    start: int,
-    end: int,
-    event: Any,
-    sequence: _Sequence,
-) -> None:
-    attributes, meta = decode_annotations(event.debug_annotations, sequence.lookup)
-    if META_SPAN_ID not in meta:
-        for flow in event.flow_ids:  # a GPU span's launch slice (or another producer's)
-            launches[flow] = (start, end)
-        return
-    # A GPU span's slice ends the flow from its launch, whose id is the span id.
-    meta["_gpu"] = meta[META_SPAN_ID] in event.terminating_flow_ids
-    name = sequence.lookup("event_names", event.name_iid) if event.HasField("name_iid") else event.name
-    trace_id = 0
-    if event.HasField("correlation_id_str_iid"):
-        trace_id = int(sequence.lookup("correlations", event.correlation_id_str_iid), 16)
-    elif event.HasField("correlation_id_str"):
-        trace_id = int(event.correlation_id_str, 16)
-    spans.append((uuid, start, end, name, trace_id, attributes, meta))
+def _bounded_put(table: dict[int, Any], key: int, value: Any) -> None:
+    if key not in table and len(table) >= _MAX_WAITING:
+        del table[next(iter(table))]
+    table[key] = value
 
 
 def _span(
@@ -291,7 +434,7 @@ def _span(
     end: int,
     attributes: dict[str, Any],
     meta: dict[str, Any],
-    events: dict[int, list[Event]],
+    events: Any,
     resource: Resource,
 ) -> ReadableSpan:
     span_id = meta[META_SPAN_ID]
@@ -319,7 +462,7 @@ def _span(
         parent=parent,
         resource=resource,
         attributes=attributes,
-        events=sorted(events.get(span_id, ()), key=lambda e: e.timestamp),
+        events=sorted(events, key=lambda e: e.timestamp),
         links=links,
         kind=SpanKind(meta.get(META_KIND, SpanKind.INTERNAL.value)),
         status=status,

@@ -1,0 +1,34 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Reading recorded traces back, offline: one entry point, one error type.
+
+Example::
+
+    from brickscope.offline import TraceFileError, open_spans
+
+    try:
+        with open_spans("run.pftrace") as spans:
+            for span in spans:
+                print(span.name, span.end_time - span.start_time)
+    except TraceFileError as error:
+        print(error)   # run.pftrace: offset 4096: truncated: ...
+
+Every offline tool (``brickscope convert``, ``flamegraph``, the analysis
+commands) reads through :func:`open_spans`; a format beyond OTLP JSON is added
+by registering a :class:`TraceFormat` under the ``brickscope.readers``
+entry-point group.
+"""
+
+from brickscope.offline._errors import TraceFileError
+from brickscope.offline._formats import READERS_GROUP, TraceFormat
+from brickscope.offline._open import SpanStream, open_spans
+from brickscope.offline._source import ProgressCallback, TraceSource
+
+__all__ = [
+    "READERS_GROUP",
+    "ProgressCallback",
+    "SpanStream",
+    "TraceFileError",
+    "TraceFormat",
+    "TraceSource",
+    "open_spans",
+]

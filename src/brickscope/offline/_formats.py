@@ -1,0 +1,106 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Trace formats and how a file's format is told: by its first bytes, once.
+
+Example (an exporter distribution's ``pyproject.toml``)::
+
+    [project.entry-points."brickscope.readers"]
+    pftrace = "brickscope.exporter.perfetto._reader:PFTRACE"
+
+The core reads OTLP JSON itself. Other formats come from installed
+distributions through the ``brickscope.readers`` entry-point group: each entry
+point names a :class:`TraceFormat` instance, so the core never imports an
+exporter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import lru_cache
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
+
+from ._source import TraceSource
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+
+#: The entry-point group other distributions register their formats in.
+READERS_GROUP = "brickscope.readers"
+#: How many leading bytes (of the decompressed stream) :meth:`TraceFormat.matches` sees.
+HEAD_BYTES = 64
+
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_UTF8_BOM = b"\xef\xbb\xbf"
+_PFTRACE_TAG = 0x0A  # Trace.packet, field 1, length-delimited
+
+
+class TraceFormat:
+    """A file format :func:`~brickscope.offline.open_spans` can read (a plain base class)."""
+
+    #: Short name, as in error messages and ``SpanStream.format``.
+    name = ""
+
+    def matches(self, head: bytes) -> bool:
+        """Whether a file starting with ``head`` (up to HEAD_BYTES) is in this format."""
+        return False
+
+    def read(self, source: TraceSource) -> Iterator[ReadableSpan]:
+        """Yield the spans of ``source``, streaming.
+
+        Raise ``source.error(...)`` for a bad file; call ``source.truncated(...)``
+        for a file cut short (it raises unless truncated files are allowed, and
+        then the reader stops at the cut); call ``source.report_progress()`` now
+        and then.
+        """
+        raise NotImplementedError
+
+
+class _OtlpJson(TraceFormat):
+    name = "otlp-json"
+
+    def matches(self, head: bytes) -> bool:
+        if head.startswith(_UTF8_BOM):
+            head = head[len(_UTF8_BOM) :]
+        head = head.lstrip(b" \t\r\n")
+        return not head or head[:1] in (b"{", b"[")
+
+    def read(self, source: TraceSource) -> Iterator[ReadableSpan]:
+        from ._otlp_json import read_otlp_json
+
+        return read_otlp_json(source)
+
+
+OTLP_JSON = _OtlpJson()
+
+
+@lru_cache(maxsize=1)
+def installed_formats() -> tuple[TraceFormat, ...]:
+    """OTLP JSON, then every format registered under :data:`READERS_GROUP`, by name."""
+    found: list[TraceFormat] = [OTLP_JSON]
+    for entry_point in sorted(entry_points(group=READERS_GROUP), key=lambda ep: ep.name):
+        found.append(entry_point.load())
+    return tuple(found)
+
+
+def sniff(source: TraceSource) -> TraceFormat:
+    """The format of ``source``, told from its first bytes; raises TraceFileError if none fits."""
+    head = source.stream.peek(HEAD_BYTES)[:HEAD_BYTES] if hasattr(source.stream, "peek") else b""
+    if not head:
+        if source.truncation is not None:  # cut before its first byte: no prefix to read
+            raise source.truncation
+        raise source.error("empty file" + (" (after decompression)" if source.compressed else ""))
+    if head.startswith(_ZSTD_MAGIC):
+        raise source.error(f"zstd-compressed; decompress it first (zstd -d {source.path})")
+    for candidate in installed_formats():
+        if candidate.matches(head):
+            return candidate
+    expected = "OTLP JSON (JSON Lines or one document, gzip accepted)"
+    names = [f.name for f in installed_formats() if f is not OTLP_JSON]
+    if names:
+        expected += " or " + ", ".join(names)
+    hint = ""
+    if head[0] == _PFTRACE_TAG and "pftrace" not in names:
+        hint = "; it may be a Perfetto trace: reading one needs pip install brickscope-exporter-perfetto"
+    raise source.error(
+        f"not a trace brickscope can read: expected {expected}{hint}; it starts with {head[:8].hex(' ')}"
+    )
