@@ -21,6 +21,9 @@ $(VENV)/.demo: $(BIN)/python pyproject.toml $(wildcard exporters/*/pyproject.tom
 
 $(VENV)/.test: $(VENV)/.demo
 	$(PIP) -e '.[cuda,demo,test]' $(EDITABLE_TEST)
+	# tests/torch: the CPU build of the pinned torch (a local file; a plain `pip install torch`
+	# would pull GBs of CUDA wheels), and nvtx, which runs as a no-op without a GPU.
+	$(PIP) torch==2.13.0 --only-binary=:all: 'nvtx>=0.2'
 	touch $@
 
 demo: $(VENV)/.demo

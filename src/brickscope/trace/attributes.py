@@ -73,6 +73,16 @@ GPU_STREAM_ID = "brickscope.gpu.stream.id"
 #: str: why GPU timing was wanted but is missing on this span (a CUDA error name,
 #: ``"no_driver"``...). The span is then host-timed (``brickscope.clock = "host"``).
 GPU_TIMING_ERROR = "brickscope.gpu.timing_error"
+#: str: why this span has no GPU timing by design (not an error): ``"cuda_graph_capture"``
+#: for a brick opened while its stream was capturing a CUDA graph (brickscope.torch).
+GPU_TIMING_SKIPPED = "brickscope.gpu.timing_skipped"
+
+# --- PyTorch (brickscope.torch) ---------------------------------------------------
+
+#: str: the instrumented module's path in its model (``"layers.3.attn"``; ``""`` for the model).
+TORCH_MODULE_PATH = "brickscope.torch.module.path"
+#: str: ``"backward"`` on a brick that times a module's backward pass (``instrument(backward=True)``).
+TORCH_PASS = "brickscope.torch.pass"
 
 # --- host execution context (OpenTelemetry general semantic conventions) -----------
 

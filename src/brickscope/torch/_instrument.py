@@ -1,0 +1,117 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``instrument(model)`` and the handle that undoes it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from torch import nn
+
+from brickscope._gpu._streams import stream_handle
+from brickscope.torch import _calls, _nvtx
+from brickscope.torch._plan import BrickTarget, Mapped, make_plan
+
+logger = logging.getLogger(__name__)
+
+
+class Instrumentation:
+    """What :func:`instrument` did to a model; :meth:`remove` undoes it exactly.
+
+    Also a context manager: the model is instrumented inside the ``with`` block.
+
+    Attributes:
+        modules: the instrumented modules, parents before children (:class:`Mapped`).
+
+    .. versionadded:: 0.2.0
+    """
+
+    def __init__(self, modules: tuple[Mapped, ...], swapped: list[tuple[nn.Module, type, type]]) -> None:
+        self.modules = modules
+        self._swapped = swapped
+
+    def remove(self) -> None:
+        """Give every instrumented module its own class back. Idempotent.
+
+        A module whose class was changed again since (``torch.nn.utils.parametrize``
+        registered on it while instrumented) is left as it is, with one warning.
+        """
+        swapped, self._swapped = self._swapped, []
+        for module, original, instrumented in swapped:
+            if type(module) is instrumented:
+                module.__class__ = original
+            else:
+                logger.warning(
+                    "brickscope.torch: %s changed class while instrumented (%s); left as it is",
+                    original.__name__,
+                    type(module).__name__,
+                )
+
+    def __enter__(self) -> Instrumentation:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        state = "removed" if not self._swapped else f"{len(self._swapped)} modules"
+        return f"<brickscope.torch.Instrumentation {state}>"
+
+
+def instrument(
+    model: nn.Module,
+    bricks: Mapping[Any, BrickTarget] | None = None,
+    layers: Any = "auto",
+    skip: Iterable[Any] = (),
+    max_depth: int | None = None,
+    stream: Any = "current",
+    nvtx: Any = "auto",
+) -> Instrumentation:
+    """Make each mapped module call of ``model`` a brick (or a layer), without editing it.
+
+    Args:
+        model: the model (an ``nn.Module``, also one returned by ``torch.compile``).
+        bricks: module-path globs (``"layers.*.attn"``) or module types mapped to a
+            brick name, a ``(name, category)`` pair, or None (not a brick; its children
+            still are considered). Checked in order, before the defaults: the model
+            itself as a brick named after its class; norms, embeddings, linear layers,
+            losses by type; attention and MLP/feed-forward modules by class name. A
+            catch-all ``"*": None`` last turns the defaults off.
+        layers: ``"auto"`` (each numbered block of an ``nn.ModuleList`` that has
+            children: ``model.layers.3`` is layer 3), None (no layers), or globs/types;
+            a layer's index is the last number in its path. Layers do not nest.
+        skip: globs or types whose modules and everything below are left alone.
+        max_depth: instrument modules at most this deep (the model is 0,
+            ``layers.3.attn`` is 3); None: no limit.
+        stream: ``"current"`` (on CUDA, the current torch stream when the call
+            starts), None (the enclosing scope's) or a stream object for every brick.
+        nvtx: ``"auto"`` mirrors bricks into NVTX ranges (domain ``brickscope``) when
+            the ``nvtx`` package is installed; True requires it; False never.
+
+    Returns:
+        The handle; ``.remove()`` (or leaving its ``with`` block) restores the model.
+
+    Raises:
+        TypeError, ValueError: a malformed argument, or a module already instrumented.
+
+    .. versionadded:: 0.2.0
+    """
+    if stream != "current" and stream is not None:
+        stream_handle(stream)  # TypeError/ValueError now, not at the first call
+    plan = make_plan(model, bricks, layers, skip, max_depth)
+    for mapped in plan:
+        if hasattr(type(mapped.module), "_brickscope_original_class"):
+            raise ValueError(
+                f"brickscope.torch: module {mapped.path or type(mapped.module).__name__!r} is already "
+                "instrumented; remove() the first instrumentation before instrumenting again"
+            )
+    domain = _nvtx.load_domain(nvtx)
+    swapped: list[tuple[nn.Module, type, type]] = []
+    for mapped in plan:
+        original = type(mapped.module)
+        mirror = _nvtx.range_for(domain, mapped.name, mapped.category) if domain is not None else None
+        cls = _calls.instrumented_class(original, _calls.scope_chooser(mapped, stream), mirror)
+        mapped.module.__class__ = cls
+        swapped.append((mapped.module, original, cls))
+    return Instrumentation(tuple(plan), swapped)
