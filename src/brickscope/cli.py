@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The ``brickscope`` command.
+"""The ``brickscope`` command (also ``python -m brickscope``).
 
 Subcommands come from installed distributions through the ``brickscope.commands``
 entry-point group: each entry point names a function ``register(subparsers)``
@@ -10,38 +10,103 @@ that adds its subcommand with ``subparsers.add_parser(...)`` and sets
 Example::
 
     $ brickscope merge rank0.pftrace rank1.pftrace -o all.pftrace
+
+Exit status, the same for every subcommand: 0 done, 1 bad input (a file that
+cannot be read, is corrupt, truncated or holds no spans), 2 usage (bad
+arguments, an output that exists without ``--force``, is an input, or is not a
+regular file), 130 interrupted. Errors are one line on stderr naming the file;
+never a traceback (``BRICKSCOPE_DEBUG=1`` shows one for an internal error).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib.metadata import entry_points
 from typing import Sequence
 
 from brickscope.version import __version__
 
+EXIT_OK = 0
+EXIT_BAD_INPUT = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+_INSTALL_HINT = (
+    "no subcommand is installed: they come with the exporters, e.g.\n"
+    "  pip install brickscope-exporter-perfetto    # convert, merge\n"
+    "  pip install brickscope-exporter-flamegraph  # flamegraph"
+)
+
+
+class UsageError(ValueError):
+    """Bad arguments found by a subcommand after parsing (exit status 2)."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser, with every installed subcommand registered."""
     parser = argparse.ArgumentParser(
-        prog="brickscope", description="Measured GPU time as OpenTelemetry spans: offline tools."
+        prog="brickscope",
+        description="Measured GPU time as OpenTelemetry spans: offline tools.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"brickscope {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    broken = []
     for entry_point in sorted(entry_points(group="brickscope.commands"), key=lambda ep: ep.name):
-        entry_point.load()(subparsers)
+        try:
+            entry_point.load()(subparsers)
+        except Exception as error:  # a broken plugin must not take the other commands down
+            broken.append(f"{entry_point.name} ({entry_point.value}): {type(error).__name__}: {error}")
+    if not subparsers.choices:
+        parser.epilog = _INSTALL_HINT
+    if broken:
+        parser.epilog = ((parser.epilog or "") + "\nsubcommands that failed to load: " + "; ".join(broken)).strip()
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; returns the process exit status."""
+    from brickscope.offline import OutputError, TraceFileError
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # exits with status 2 on bad arguments
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
-        return 2
-    return int(args.func(args) or 0)
+        return EXIT_USAGE
+    name = f"brickscope {args.command}"
+    try:
+        return int(args.func(args) or 0)
+    except (UsageError, OutputError) as error:
+        return _fail(name, str(error), EXIT_USAGE)
+    except TraceFileError as error:
+        return _fail(name, str(error), EXIT_BAD_INPUT)
+    except OSError as error:
+        return _fail(name, _os_error(error), EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        return _fail(name, "interrupted", EXIT_INTERRUPTED)
+    except Exception as error:  # a bug: still one line, the traceback on request
+        if os.environ.get("BRICKSCOPE_DEBUG"):
+            raise
+        return _fail(
+            name,
+            f"internal error: {type(error).__name__}: {error} (BRICKSCOPE_DEBUG=1 shows the traceback)",
+            EXIT_BAD_INPUT,
+        )
+
+
+def _os_error(error: OSError) -> str:
+    if error.filename is not None and error.strerror:
+        return f"{os.fspath(error.filename)}: {error.strerror}"
+    return str(error)
+
+
+def _fail(name: str, message: str, status: int) -> int:
+    from brickscope.offline._errors import one_line
+
+    print(one_line(f"{name}: {message}"), file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

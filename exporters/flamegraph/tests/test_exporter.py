@@ -94,10 +94,35 @@ class TestConstruction:
         assert json.loads((tmp_path / "env.json").read_text())["profiles"][0]["weights"] == [1234]
 
     def test_default_path_is_in_the_working_directory(self, tmp_path, monkeypatch):
-        """Without a path or variable the output is ./brickscope.folded."""
+        """Without a path or variable the output is ./brickscope-<pid>.folded, numbered if taken."""
         monkeypatch.chdir(tmp_path)
         monkeypatch.delenv("BRICKSCOPE_FLAMEGRAPH_PATH", raising=False)
-        assert FlamegraphSpanExporter().path == str(tmp_path / "brickscope.folded")
+        monkeypatch.delenv("BRICKSCOPE_FLAMEGRAPH_OVERWRITE", raising=False)
+        first = FlamegraphSpanExporter()
+        assert first.path == str(tmp_path / f"brickscope-{os.getpid()}.folded")
+        first.shutdown()  # writes it: the next default takes the next free name
+        assert FlamegraphSpanExporter().path == str(tmp_path / f"brickscope-{os.getpid()}-1.folded")
+
+    def test_pid_in_a_path_is_expanded(self, tmp_path):
+        exporter = FlamegraphSpanExporter(tmp_path / "run-{pid}.folded", speedscope_path=tmp_path / "run-{pid}.json")
+        assert (exporter.path, exporter.speedscope_path) == (
+            str(tmp_path / f"run-{os.getpid()}.folded"),
+            str(tmp_path / f"run-{os.getpid()}.json"),
+        )
+
+    @pytest.mark.parametrize("kind", ["symlink", "fifo"])
+    def test_only_regular_files_are_replaced(self, tmp_path, kind):
+        """With overwrite, a symbolic link (its target would be clobbered) or a pipe is still refused."""
+        target = tmp_path / "victim.txt"
+        target.write_text("keep\n")
+        path = tmp_path / "out.folded"
+        if kind == "symlink":
+            path.symlink_to(target)
+        else:
+            os.mkfifo(path)
+        with pytest.raises(ValueError, match="symbolic link" if kind == "symlink" else "not a regular file"):
+            FlamegraphSpanExporter(path, overwrite=True)
+        assert target.read_text() == "keep\n"
 
     def test_otel_entry_point_names_the_exporter(self):
         """OTEL_TRACES_EXPORTER=flamegraph finds this class through its entry point."""

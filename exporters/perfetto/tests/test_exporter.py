@@ -126,12 +126,21 @@ class TestPaths:
         with pytest.raises(ValueError, match="cannot create"):
             PerfettoSpanExporter(tmp_path / "missing" / "t.pftrace")
 
-    def test_full_disk_at_construction(self):
-        """A device with no space left raises ValueError at construction."""
+    def test_device_node_is_never_replaced(self):
+        """A device node (here /dev/full) is refused even with overwrite: only regular files are replaced."""
         if not os.path.exists("/dev/full"):
             pytest.skip("no /dev/full on this system")
-        with pytest.raises(ValueError, match="cannot write"):
+        with pytest.raises(ValueError, match="/dev/full: is not a regular file"):
             PerfettoSpanExporter("/dev/full", overwrite=True)
+
+    def test_symlink_is_not_followed(self, tmp_path):
+        """With overwrite, a symbolic link to another file is refused; the target keeps its content."""
+        victim = tmp_path / "victim.txt"
+        victim.write_text("keep\n")
+        (tmp_path / "t.pftrace").symlink_to(victim)
+        with pytest.raises(ValueError, match="symbolic link"):
+            PerfettoSpanExporter(tmp_path / "t.pftrace", overwrite=True)
+        assert victim.read_text() == "keep\n"
 
     def test_default_path_in_cwd_with_pid(self, tmp_path, monkeypatch):
         """Without a path or variable, the file is brickscope-<pid>.pftrace in the working directory."""

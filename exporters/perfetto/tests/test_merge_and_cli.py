@@ -128,10 +128,10 @@ class TestCommands:
         assert "merged" in capsys.readouterr().err
 
     def test_merge_command_existing_output(self, tmp_path, capsys):
-        """brickscope merge exits 1 with a message when the output exists and --force is missing."""
+        """brickscope merge exits 2 (usage) with a message when the output exists and --force is missing."""
         _rank_file(tmp_path / "r0.pftrace", 0)
         (tmp_path / "all.pftrace").write_bytes(b"x")
-        assert main(["merge", str(tmp_path / "r0.pftrace"), "-o", str(tmp_path / "all.pftrace")]) == 1
+        assert main(["merge", str(tmp_path / "r0.pftrace"), "-o", str(tmp_path / "all.pftrace")]) == 2
         assert "already exists" in capsys.readouterr().err
 
     def test_convert_command(self, tmp_path, capsys):
@@ -148,9 +148,9 @@ class TestCommands:
 
     def test_convert_shows_progress_on_large_input(self, tmp_path, capsys, monkeypatch):
         """Converting a large input reports progress on stderr."""
-        from brickscope.exporter.perfetto import _cli
+        from brickscope.offline import _replay
 
-        monkeypatch.setattr(_cli, "_PROGRESS_MIN_BYTES", 1)
+        monkeypatch.setattr(_replay, "PROGRESS_MIN_BYTES", 1)
         source = tmp_path / "spans.jsonl"
         _otlp_json(source, 20)
         assert main(["convert", str(source), "-o", str(tmp_path / "t.pftrace")]) == 0

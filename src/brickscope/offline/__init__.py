@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Reading recorded traces back, offline: one entry point, one error type.
+"""Reading recorded traces back, offline: one entry point, one error type, one replay loop.
 
 Example::
 
@@ -13,22 +13,31 @@ Example::
         print(error)   # run.pftrace: offset 4096: truncated: ...
 
 Every offline tool (``brickscope convert``, ``flamegraph``, the analysis
-commands) reads through :func:`open_spans`; a format beyond OTLP JSON is added
-by registering a :class:`TraceFormat` under the ``brickscope.readers``
-entry-point group.
+commands) reads through :func:`open_spans`, feeds exporters through
+:func:`replay`, and writes its outputs through :class:`AtomicOutput`; a format
+beyond OTLP JSON is added by registering a :class:`TraceFormat` under the
+``brickscope.readers`` entry-point group.
 """
 
 from brickscope.offline._errors import TraceFileError
 from brickscope.offline._formats import READERS_GROUP, TraceFormat
 from brickscope.offline._open import SpanStream, open_spans
+from brickscope.offline._output import AtomicOutput, OutputError, check_output, write_atomically
+from brickscope.offline._replay import Progress, replay
 from brickscope.offline._source import ProgressCallback, TraceSource
 
 __all__ = [
     "READERS_GROUP",
+    "AtomicOutput",
+    "OutputError",
+    "Progress",
     "ProgressCallback",
     "SpanStream",
     "TraceFileError",
     "TraceFormat",
     "TraceSource",
+    "check_output",
     "open_spans",
+    "replay",
+    "write_atomically",
 ]

@@ -14,6 +14,7 @@ exporter.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from functools import lru_cache
 from importlib.metadata import entry_points
@@ -23,6 +24,8 @@ from ._source import TraceSource
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
+
+_logger = logging.getLogger(__name__)
 
 #: The entry-point group other distributions register their formats in.
 READERS_GROUP = "brickscope.readers"
@@ -78,7 +81,10 @@ def installed_formats() -> tuple[TraceFormat, ...]:
     """OTLP JSON, then every format registered under :data:`READERS_GROUP`, by name."""
     found: list[TraceFormat] = [OTLP_JSON]
     for entry_point in sorted(entry_points(group=READERS_GROUP), key=lambda ep: ep.name):
-        found.append(entry_point.load())
+        try:
+            found.append(entry_point.load())
+        except Exception as error:  # a broken plugin must not stop the other formats
+            _logger.warning("cannot load trace format %s (%s): %s", entry_point.name, entry_point.value, error)
     return tuple(found)
 
 

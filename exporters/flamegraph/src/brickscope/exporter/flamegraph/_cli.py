@@ -6,11 +6,14 @@ Example::
     $ brickscope flamegraph trace.pftrace -o run.folded --speedscope run.speedscope.json
     $ brickscope flamegraph spans.jsonl -o host.folded --weight host --unit ns
 
-The input is a Perfetto trace written by brickscope's Perfetto exporter
-(``.pftrace``; needs ``brickscope-exporter-perfetto``) or OTLP JSON (the
-Collector's file exporter output, or one JSON document; gzip accepted). It is
-told apart by content, not by name. The spans go through the same
-:class:`FlamegraphSpanExporter` as a live run, so the output is the same.
+The input is any trace :func:`brickscope.offline.open_spans` reads: a Perfetto
+trace written by brickscope's Perfetto exporter (``.pftrace``; needs
+``brickscope-exporter-perfetto``) or OTLP JSON (the Collector's file exporter
+output, or one JSON document; gzip accepted), told apart by content, not by
+name. The spans go through the same :class:`FlamegraphSpanExporter` as a live
+run, so the output is the same. Without ``--weight``, spans are weighted by GPU
+time, or by host time when no span has any (said on stderr). The outputs are
+written only once the whole input was read, atomically.
 """
 
 from __future__ import annotations
@@ -18,15 +21,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Iterator
 from typing import Any
 
+from brickscope.cli import UsageError
 from brickscope.exporter.flamegraph._exporter import FlamegraphSpanExporter
 from brickscope.exporter.flamegraph._folded import UNITS
-from opentelemetry.sdk.trace import ReadableSpan
-
-_BATCH = 4096
-_JSON_STARTS = (b"{", b"[", b"\xef\xbb\xbf", b"\x1f\x8b")  # JSON, UTF-8 BOM, gzip
+from brickscope.exporter.flamegraph._stacks import Stats
+from brickscope.offline import Progress, TraceFileError, check_output, open_spans, replay
 
 
 def register(subparsers: Any) -> None:
@@ -46,100 +47,81 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--speedscope", metavar="PATH", help="also write a speedscope JSON profile")
     parser.add_argument(
         "--weight",
-        default="gpu",
-        help="gpu (default), host, or the name of a numeric span attribute",
+        help="gpu, host, or the name of a numeric span attribute"
+        " (default: gpu, or host when no span has GPU time)",
     )
     parser.add_argument("--unit", choices=sorted(UNITS), default="us", help="folded time unit")
     parser.add_argument(
         "--device-frames", action="store_true", help="add cuda:<device>;stream:<handle> frames"
     )
     parser.add_argument("-f", "--force", action="store_true", help="overwrite existing outputs")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    parser.add_argument(
+        "--allow-truncated",
+        action="store_true",
+        help="read the valid prefix of a truncated input (a writer killed mid-write) instead of failing",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Convert; returns the exit status (0 ok, 1 bad input, 2 bad arguments)."""
+    """Fold the input; returns 0, or raises what the ``brickscope`` command reports."""
     output = args.output or os.path.splitext(args.input)[0] + ".folded"
-    for target in (output, args.speedscope):
-        if target and os.path.lexists(target) and not args.force:
-            return _fail(2, FileExistsError(f"{target} exists; pass --force to replace it"))
+    outputs = [output] + ([args.speedscope] if args.speedscope else [])
+    for target in outputs:  # before anything is read or written
+        check_output(target, overwrite=args.force, inputs=[args.input], force_flag="--force")
+    if args.speedscope and os.path.abspath(args.speedscope) == os.path.abspath(output):
+        raise UsageError(f"{output}: given as both the folded and the speedscope output")
+    exporter, spans = _fold(args, output, args.weight or "gpu")
+    stats = exporter.stats
+    if not stats.spans:
+        raise TraceFileError(args.input, "no spans in this file")
+    weight = args.weight or "gpu"
+    if not stats.weighted and weight in ("gpu", "host"):
+        if args.weight is not None or weight == "host":
+            raise TraceFileError(
+                args.input, f"none of {stats.spans} spans has {weight} time: nothing to draw (try --weight host)"
+            )
+        print(f"{args.input}: no span has GPU time; weighting by host time (--weight host)", file=sys.stderr)
+        weight = "host"
+        exporter, spans = _fold(args, output, weight)
+        stats = exporter.stats
+    if not exporter.force_flush():
+        raise OSError(f"cannot write {output} (see the log above)")
+    exporter.shutdown()  # nothing left to write: only closes
+    if spans.truncation is not None:
+        print(f"{spans.truncation}; folded the valid prefix ({spans.spans_read:,} spans)", file=sys.stderr)
+    written = output + (f" and {args.speedscope}" if args.speedscope else "")
+    print(f"wrote {written}: {_summary(stats, weight)}", file=sys.stderr)
+    return 0
+
+
+def _fold(args: argparse.Namespace, output: str, weight: str) -> tuple[FlamegraphSpanExporter, Any]:
+    """Read the whole input into a new exporter (nothing written yet)."""
     try:
-        spans = _reader(args.input)
         exporter = FlamegraphSpanExporter(
             output,
-            args.weight,
+            weight,
             speedscope_path=args.speedscope,
             unit=args.unit,
             device_frames=args.device_frames,
             overwrite=args.force,
             write_interval_millis=None,
         )
-    except (OSError, ValueError, ImportError) as exc:
-        return _fail(2, exc)
-    progress = _Progress(args.input) if sys.stderr.isatty() else None
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    progress = Progress(args.input, quiet=args.quiet)
     try:
-        batch: list[ReadableSpan] = []
-        for span in spans(progress):
-            batch.append(span)
-            if len(batch) == _BATCH:
-                exporter.export(batch)
-                batch = []
-        exporter.export(batch)
-    except (OSError, ValueError) as exc:
-        return _fail(1, exc)
+        with open_spans(args.input, allow_truncated=args.allow_truncated, progress=progress) as spans:
+            replay(spans, exporter)
     finally:
-        if progress is not None:
-            progress.done()
-    if not exporter.force_flush():
-        return _fail(1, OSError(f"cannot write {output} (see the log above)"))
-    stats = exporter.stats
-    exporter.shutdown()  # nothing left to write: only closes
-    written = output + (f" and {args.speedscope}" if args.speedscope else "")
-    print(
-        f"wrote {written}: {stats.spans} spans, {stats.weighted} weighted by {args.weight},"
+        progress.finish()
+    return exporter, spans
+
+
+def _summary(stats: Stats, weight: str) -> str:
+    return (
+        f"{stats.spans} spans, {stats.weighted} weighted by {weight},"
         f" {stats.unweighted} without it (frames only)"
-        + (f", {stats.orphaned} without their parent" if stats.orphaned else ""),
-        file=sys.stderr,
+        + (f", {stats.orphaned} without their parent" if stats.orphaned else "")
     )
-    return 0
-
-
-def _reader(path: str) -> Callable[[Any], Iterator[ReadableSpan]]:
-    """A function reading the spans of ``path``, chosen by the file's first bytes."""
-    with open(path, "rb") as probe:
-        head = probe.read(64).lstrip()
-    if head.startswith(_JSON_STARTS) or not head:
-        from brickscope.otlp_json import read_spans
-
-        return lambda progress: read_spans(path, progress=progress)
-    try:
-        from brickscope.exporter.perfetto import read_spans as read_pftrace
-    except ImportError as exc:
-        raise ImportError(
-            f"{path} looks like a Perfetto trace; reading it needs brickscope-exporter-perfetto"
-            f" (pip install brickscope-exporter-perfetto): {exc}"
-        ) from exc
-    return lambda progress: read_pftrace(path)
-
-
-class _Progress:
-    """A percentage on stderr while a big input is read."""
-
-    def __init__(self, path: str) -> None:
-        self._name = os.path.basename(path)
-        self._shown = -1
-
-    def __call__(self, done: int, total: int) -> None:
-        percent = 100 * done // total if total else 100
-        if percent != self._shown:
-            self._shown = percent
-            print(f"\rreading {self._name}: {percent:3d}%", end="", file=sys.stderr, flush=True)
-
-    def done(self) -> None:
-        if self._shown >= 0:
-            print(file=sys.stderr)
-
-
-def _fail(status: int, exc: BaseException) -> int:
-    print(f"brickscope flamegraph: error: {exc}", file=sys.stderr)
-    return status

@@ -16,14 +16,14 @@ Example::
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 from brickscope.exporter.flamegraph import environment_variables as env
 from brickscope.exporter.flamegraph._folded import UNITS, folded_lines, write_folded
@@ -33,9 +33,12 @@ from brickscope.exporter.flamegraph._weights import Weight
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from brickscope.offline import OutputError, check_output, write_atomically
+
 logger = logging.getLogger(__name__)
 
-DEFAULT_PATH = "brickscope.folded"
+#: One file per process, as the Perfetto exporter's: concurrent runs never share it.
+DEFAULT_PATH = "brickscope-{pid}.folded"
 DEFAULT_WRITE_INTERVAL_MILLIS = 10_000
 _TRUE = ("true", "1", "yes", "on")
 
@@ -58,13 +61,15 @@ class FlamegraphSpanExporter(SpanExporter):
     ``FAILURE``.
 
     Args:
-        path: folded output file. Default: ``$BRICKSCOPE_FLAMEGRAPH_PATH``, else
-            ``brickscope.folded``.
+        path: folded output file; ``{pid}`` in it becomes the process id.
+            Default: ``$BRICKSCOPE_FLAMEGRAPH_PATH``, else ``brickscope-{pid}.folded``
+            (then ``brickscope-{pid}-1.folded``... if that exists).
         weight: ``"gpu"`` (GPU-timed spans), ``"host"`` (host interval of every
             span), or a numeric span attribute such as
             ``"brickscope.brick.elements"``. Default: ``$BRICKSCOPE_FLAMEGRAPH_WEIGHT``,
             else ``"gpu"``. Spans without it are frames but weigh nothing.
-        speedscope_path: also write a speedscope JSON profile there. Default:
+        speedscope_path: also write a speedscope JSON profile there (``{pid}``
+            expanded too). Default:
             ``$BRICKSCOPE_FLAMEGRAPH_SPEEDSCOPE_PATH``, else none.
         unit: folded time unit, ``"us"`` or ``"ns"`` (speedscope is always in
             nanoseconds). Default: ``$BRICKSCOPE_FLAMEGRAPH_UNIT``, else ``"us"``.
@@ -77,7 +82,8 @@ class FlamegraphSpanExporter(SpanExporter):
 
     Raises:
         ValueError: unusable output path (missing directory, a directory, not
-            writable, already exists without ``overwrite``), unknown unit or weight.
+            writable, already exists without ``overwrite``, a symbolic link or
+            anything but a regular file), unknown unit or weight.
 
     .. versionadded:: 0.1.0
     """
@@ -96,6 +102,7 @@ class FlamegraphSpanExporter(SpanExporter):
     ) -> None:
         if overwrite is None:
             overwrite = os.environ.get(env.BRICKSCOPE_FLAMEGRAPH_OVERWRITE, "").lower() in _TRUE
+        default = path is None and not os.environ.get(env.BRICKSCOPE_FLAMEGRAPH_PATH)
         if path is None:
             path = os.environ.get(env.BRICKSCOPE_FLAMEGRAPH_PATH) or DEFAULT_PATH
         if speedscope_path is None:
@@ -113,7 +120,7 @@ class FlamegraphSpanExporter(SpanExporter):
                 f"write_interval_millis must be >= 0 or None, got {write_interval_millis}"
             )
         self._unit = unit
-        self._path = _usable_output(path, overwrite, "path")
+        self._path = _usable_output(path, overwrite, "path", numbered=default)
         self._speedscope_path = (
             _usable_output(speedscope_path, overwrite, "speedscope_path")
             if speedscope_path
@@ -204,10 +211,10 @@ class FlamegraphSpanExporter(SpanExporter):
         try:
             profile = self._stacks.snapshot()
             lines = folded_lines(profile, self._unit)
-            _replace_atomically(self._path, lambda out: write_folded(lines, out))
+            _write_text(self._path, lambda out: write_folded(lines, out))
             if self._speedscope_path is not None:
                 document = speedscope_document(profile)
-                _replace_atomically(
+                _write_text(
                     self._speedscope_path,
                     lambda out: json.dump(document, out, ensure_ascii=False, separators=(",", ":")),
                 )
@@ -257,51 +264,38 @@ def _describe(weight: Weight) -> str:
     return f"{weight.name} time" if weight.is_time else f"the attribute {weight.name!r}"
 
 
-def _usable_output(path: str | os.PathLike[str], overwrite: bool, argument: str) -> str:
-    """The absolute path, after checking that a file can be written there."""
+def _usable_output(path: str | os.PathLike[str], overwrite: bool, argument: str, *, numbered: bool = False) -> str:
+    """The absolute path (``{pid}`` expanded), after checking that a file can be written there.
+
+    ``numbered``: the default name, which takes the next free ``-1``, ``-2``... variant
+    instead of failing when it exists.
+    """
     text = os.fspath(path)
     if not isinstance(text, str) or not text:
         raise ValueError(f"{argument} must be a non-empty file path, got {path!r}")
-    absolute = os.path.abspath(text)
-    directory = os.path.dirname(absolute)
-    if os.path.isdir(absolute):
-        raise ValueError(f"{argument} {text!r} is a directory; give a file name")
-    if not os.path.isdir(directory):
-        raise ValueError(f"{argument} {text!r}: directory {directory!r} does not exist")
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise ValueError(f"{argument} {text!r}: directory {directory!r} is not writable")
-    if os.path.lexists(absolute) and not overwrite:
-        raise ValueError(
-            f"{argument} {text!r} already exists; remove it, choose another name, or pass"
-            f" overwrite=True (${env.BRICKSCOPE_FLAMEGRAPH_OVERWRITE}=true)"
-        )
-    return absolute
-
-
-def _replace_atomically(path: str, write: Callable[[TextIO], None]) -> None:
-    """Write a sibling temporary file, then rename it over ``path``: readers see
-    the old file or the new one, never half of one."""
-    directory, name = os.path.split(path)
-    handle, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as out:
-            write(out)
-        os.chmod(temporary, 0o666 & ~_UMASK)
-        os.replace(temporary, path)
-    except BaseException:
+    text = text.replace("{pid}", str(os.getpid()))
+    flag = f"overwrite=True (${env.BRICKSCOPE_FLAMEGRAPH_OVERWRITE}=true)"
+    candidate = text
+    for attempt in range(1, 1000):
         try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
+            return check_output(candidate, overwrite=overwrite, force_flag=flag)
+        except OutputError as error:
+            if not (numbered and os.path.lexists(candidate)):
+                raise ValueError(f"{argument} {error}") from None
+        stem, ext = os.path.splitext(text)
+        candidate = f"{stem}-{attempt}{ext}"
+    raise ValueError(f"{argument} {text!r} and its numbered variants all exist; pass a path")
 
 
-def _read_umask() -> int:
-    # The umask can only be read by setting it: done once, at import, before any
-    # exporter thread exists (mkstemp creates 0600 files; outputs get the usual mode).
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+def _write_text(path: str, write: Callable[[TextIO], None]) -> None:
+    """Write a sibling temporary file, sync it, then rename it over ``path``: readers
+    see the old file or the new one, never half of one (``brickscope.offline``'s rules:
+    only a regular file is ever replaced)."""
 
+    def binary(out: IO[bytes]) -> None:
+        text = io.TextIOWrapper(out, encoding="utf-8", newline="\n")
+        write(text)
+        text.flush()
+        text.detach()
 
-_UMASK = _read_umask()
+    write_atomically(path, binary)

@@ -26,6 +26,8 @@ from typing import IO
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from brickscope.offline import OutputError, check_output
+
 from ._writer import TraceWriter
 
 logger = logging.getLogger(__name__)
@@ -190,8 +192,14 @@ def _open(path: str | os.PathLike[str] | None, overwrite: bool) -> tuple[str, IO
     candidate = name
     for attempt in range(1, 1000):
         try:
+            # Only a regular file is ever replaced: never a link's target or a device.
+            check_output(candidate, overwrite=True)
+        except OutputError as error:
+            raise ValueError(f"cannot create the Perfetto trace: {error}") from None
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL) | getattr(os, "O_NOFOLLOW", 0)
+        try:
             # Unbuffered: a failed write must leave nothing behind to be retried later.
-            return candidate, open(candidate, "wb" if overwrite else "xb", buffering=0)  # noqa: SIM115
+            return candidate, os.fdopen(os.open(candidate, flags, 0o666), "wb", buffering=0)
         except FileExistsError:
             if not default:
                 raise ValueError(

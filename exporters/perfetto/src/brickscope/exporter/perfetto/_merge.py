@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from brickscope.offline import TraceFileError
+from google.protobuf.message import DecodeError
 
-from ._reader import PacketError, iter_packets
+from brickscope.offline import AtomicOutput, TraceFileError, TraceSource
+
+from ._reader import PFTRACE, PacketError, iter_packets
 from ._schema import frame, pb
 
 _UUID_MASK = (1 << 63) - 1
@@ -42,6 +44,8 @@ class MergeResult:
     renamed_sequences: int
     #: track uuids that got a new value because an earlier input used theirs
     renamed_tracks: int
+    #: inputs cut short whose packets before the cut were copied (``allow_truncated``)
+    truncations: list[TraceFileError] = field(default_factory=list)
 
 
 class _Ids:
@@ -76,20 +80,30 @@ def merge_traces(
     output: str | os.PathLike[str],
     *,
     overwrite: bool = False,
+    allow_truncated: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
+    force_flag: str = "overwrite=True",
 ) -> MergeResult:
     """Write one trace holding every packet of ``inputs``, with no id collisions.
 
+    The output is checked before anything is opened (never one of the inputs,
+    only a regular file replaced) and written atomically: on any error nothing
+    is left at ``output``.
+
     Args:
-        inputs: Perfetto protobuf traces (ours or any other producer's).
+        inputs: Perfetto protobuf traces (ours or any other producer's; gzip accepted).
         output: the merged trace; an existing file is an error unless ``overwrite``.
+        allow_truncated: copy the packets before the cut of a truncated input
+            (listed in ``MergeResult.truncations``) instead of failing.
         progress: called as ``progress(input_path, bytes_read, total_bytes)``.
 
     Returns:
-        Packet counts and how many ids were renamed.
+        Packet counts, how many ids were renamed, and the truncations accepted.
 
     Raises:
-        ValueError: no inputs, the output exists, or an input is not a trace.
+        ValueError: no inputs.
+        OutputError: the output exists, is an input, or is not a regular file.
+        TraceFileError: an input is empty, not a trace, corrupt, or truncated.
         OSError: a file cannot be read or written.
     """
     if not inputs:
@@ -97,50 +111,72 @@ def merge_traces(
     rng = random.SystemRandom()
     sequences, uuids = _Ids(), _Ids()
     counts: list[int] = []
+    truncations: list[TraceFileError] = []
+    with AtomicOutput(output, overwrite=overwrite, inputs=inputs, force_flag=force_flag) as target:
+        with target.open() as out:
+            for path in inputs:
+                sequences.start_input()
+                uuids.start_input()
+
+                def fresh_sequence() -> int:
+                    return rng.randrange(2, _MAX_SEQUENCE_ID)
+
+                def fresh_uuid() -> int:
+                    return rng.getrandbits(63) or 1
+
+                def track(value: int) -> int:
+                    return value if value == 0 else uuids.map(value, fresh_uuid)
+
+                count = 0
+                source = _open_input(os.fspath(path), allow_truncated)
+                try:
+                    for offset, data in _packets(source):
+                        try:
+                            packet = pb.TracePacket.FromString(data)
+                        except DecodeError as exc:
+                            raise source.error(f"corrupt packet: {exc}", offset=offset) from None
+                        if packet.HasField("trusted_packet_sequence_id"):
+                            packet.trusted_packet_sequence_id = sequences.map(
+                                packet.trusted_packet_sequence_id, fresh_sequence
+                            )
+                        _remap_tracks(packet, track)
+                        out.write(frame(packet.SerializeToString()))
+                        count += 1
+                        if progress is not None and count % 65536 == 0:
+                            progress(source.path, source.bytes_read, source.total)
+                finally:
+                    source.close()
+                if progress is not None:
+                    progress(source.path, source.total, source.total)
+                if source.truncation is not None:
+                    truncations.append(source.truncation)
+                counts.append(count)
+        target.commit()
+    return MergeResult(counts, sequences.renamed, uuids.renamed, truncations)
+
+
+def _open_input(path: str, allow_truncated: bool) -> TraceSource:
+    source = TraceSource(path, allow_truncated=allow_truncated)
     try:
-        out = open(output, "wb" if overwrite else "xb")  # noqa: SIM115
-    except FileExistsError:
-        raise ValueError(f"{os.fspath(output)!r} already exists; pass --force (overwrite=True)") from None
-    with out:
-        for path in inputs:
-            total = os.path.getsize(path)
-            sequences.start_input()
-            uuids.start_input()
-
-            def fresh_sequence() -> int:
-                return rng.randrange(2, _MAX_SEQUENCE_ID)
-
-            def fresh_uuid() -> int:
-                return rng.getrandbits(63) or 1
-
-            def track(value: int) -> int:
-                return value if value == 0 else uuids.map(value, fresh_uuid)
-
-            count = 0
-            with open(path, "rb") as stream:
-                for data in _packets(path, stream):
-                    packet = pb.TracePacket.FromString(data)
-                    if packet.HasField("trusted_packet_sequence_id"):
-                        packet.trusted_packet_sequence_id = sequences.map(
-                            packet.trusted_packet_sequence_id, fresh_sequence
-                        )
-                    _remap_tracks(packet, track)
-                    out.write(frame(packet.SerializeToString()))
-                    count += 1
-                    if progress is not None and count % 65536 == 0:
-                        progress(os.fspath(path), stream.tell(), total)
-            if progress is not None:
-                progress(os.fspath(path), total, total)
-            counts.append(count)
-    return MergeResult(counts, sequences.renamed, uuids.renamed)
+        head = source.stream.peek(64)[:64]
+        if not head:
+            raise source.truncation or source.error("empty file")
+        if not PFTRACE.matches(head):
+            raise source.error(f"not a Perfetto trace: it starts with {head[:8].hex(' ')}")
+    except BaseException:
+        source.close()
+        raise
+    return source
 
 
-def _packets(path: str | os.PathLike[str], stream: Any) -> Any:
+def _packets(source: TraceSource) -> Iterator[tuple[int, bytes]]:
     try:
-        for _, data in iter_packets(stream):
-            yield data
+        yield from iter_packets(source.stream)
     except PacketError as exc:
-        raise TraceFileError(path, exc.what, offset=exc.offset) from None
+        error = source.error(exc.what, offset=exc.offset)
+        if not exc.truncated:
+            raise error from None
+        source.truncated(error)
 
 
 def _remap_tracks(packet: pb.TracePacket, track: Callable[[int], int]) -> None:
