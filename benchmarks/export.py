@@ -42,8 +42,7 @@ from typing import Any
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
-
+from brickscope.testing import make_span
 from brickscope.trace import attributes as A
 
 BATCH = 512
@@ -51,7 +50,6 @@ SPANS = 100_000
 T0 = 1_700_000_000_000_000_000
 _RESOURCE = Resource({"service.name": "bench", "process.pid": 4242})
 _SCOPE = InstrumentationScope("brickscope", "0.1.0")
-_FLAGS = TraceFlags(TraceFlags.SAMPLED)
 _BRICKS = [("rms_norm", "norm"), ("qkv_projection", "attention"), ("attention_score", "attention"), ("ffn_down", "ffn")]
 
 
@@ -101,16 +99,16 @@ def make_spans(count: int, first: int = 0) -> Iterator[ReadableSpan]:
                 **common,
             }
             span_start, span_end, parent = gpu_start, gpu_start + 8_000, i - part
-        yield ReadableSpan(
-            name=attributes.get(A.KERNEL_NAME, name),
-            context=SpanContext(trace_id, _span_id(i), False, _FLAGS),
-            parent=SpanContext(trace_id, _span_id(parent), False, _FLAGS) if parent is not None else None,
-            resource=_RESOURCE,
+        yield make_span(
+            _span_id(i),
+            attributes.get(A.KERNEL_NAME, name),
+            span_start,
+            span_end,
+            _span_id(parent) if parent is not None else None,
             attributes=attributes,
-            kind=SpanKind.INTERNAL,
-            start_time=span_start,
-            end_time=span_end,
-            instrumentation_scope=_SCOPE,
+            resource=_RESOURCE,
+            trace_id=trace_id,
+            scope=_SCOPE,
         )
 
 

@@ -1,6 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Helpers for testing code instrumented with brickscope (public, like OTel's InMemorySpanExporter).
 
+:func:`capture_spans` records what instrumented code emits; :func:`make_span` and
+:func:`gpu_attributes` build spans by hand for testing exporters and readers.
+
 Example::
 
     from brickscope.testing import capture_spans
@@ -16,11 +19,16 @@ Not thread-safe across concurrent captures: one capture at a time per process.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping, Sequence
 from typing import Any, Iterator
 
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace.status import Status
 
 from brickscope import _catalog, _config, _record, _scope, _state
 from brickscope.trace import attributes as A
@@ -84,3 +92,81 @@ def reset_globals() -> None:
     _catalog.reset()
     _scope._warned.clear()  # noqa: SLF001 - so each test sees its own once-only warnings
     _record.TOP.set(None)
+
+
+#: The trace id :func:`make_span` uses unless given another.
+TEST_TRACE_ID = 0x0123456789ABCDEF0123456789ABCDEF
+#: Thread attributes of a span recorded on the main thread (a realistic 64-bit thread id).
+MAIN_THREAD = {A.THREAD_ID: 140_000_000_000_001, A.THREAD_NAME: "MainThread"}
+
+
+def make_span(
+    span_id: int,
+    name: str,
+    start: int,
+    end: int,
+    parent: int | None = None,
+    *,
+    attributes: Mapping[str, Any] | None = None,
+    events: Sequence[Event] | None = None,
+    links: Sequence[Link] | None = None,
+    resource: Resource | None = None,
+    trace_id: int = TEST_TRACE_ID,
+    kind: SpanKind = SpanKind.INTERNAL,
+    status: Status | None = None,
+    scope: InstrumentationScope | None = None,
+    remote_parent: bool = False,
+) -> ReadableSpan:
+    """An ended SDK span built by hand, as the core (or any instrumentation) would export it.
+
+    The one span factory of the test suites and benchmarks: exporters and readers are
+    tested on spans shaped exactly like the real ones without running a model.
+
+    Example::
+
+        step = make_span(1, "step", T0, T0 + 100, attributes=MAIN_THREAD)
+        gemm = make_span(2, "gemm", T0 + 20, T0 + 80, 1, attributes=gpu_attributes(T0 + 5, 3, 60))
+    """
+    flags = TraceFlags(TraceFlags.SAMPLED)
+    return ReadableSpan(
+        name=name,
+        context=SpanContext(trace_id, span_id, False, flags),
+        parent=SpanContext(trace_id, parent, remote_parent, flags) if parent else None,
+        resource=resource if resource is not None else Resource({"service.name": "test"}),
+        attributes=dict(attributes or {}),
+        events=events or [],
+        links=links or [],
+        kind=kind,
+        status=status or Status(),
+        start_time=start,
+        end_time=end,
+        instrumentation_scope=scope if scope is not None else InstrumentationScope("brickscope"),
+    )
+
+
+def gpu_attributes(
+    host_start: int,
+    host_duration: int,
+    gpu_duration: int,
+    *,
+    device: int = 0,
+    stream: int = 0x7F00,
+    thread: Mapping[str, Any] = MAIN_THREAD,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Attributes of a GPU-timed kernel span per the span contract (docs/semantic-conventions.md).
+
+    ``extra`` keys are attribute names (``**{A.BRICK_NAME: "gemm"}``) and override the defaults.
+    """
+    return {
+        A.SCOPE_KIND: A.SCOPE_KIND_KERNEL,
+        A.BRICK_CATEGORY: "attention",
+        A.CLOCK: A.CLOCK_CUDA,
+        A.HOST_START_NS: host_start,
+        A.HOST_DURATION_NS: host_duration,
+        A.GPU_DURATION_NS: gpu_duration,
+        A.GPU_DEVICE_ID: device,
+        A.GPU_STREAM_ID: stream,
+        **thread,
+        **extra,
+    }

@@ -28,6 +28,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceSt
 from opentelemetry.trace.status import Status, StatusCode
 
 from brickscope.otlp_json import read_spans
+from brickscope.testing import make_span
 
 json_format = pytest.importorskip(
     "google.protobuf.json_format", reason="protobuf is needed to produce reference OTLP JSON"
@@ -54,17 +55,19 @@ def _sample_spans() -> list[ReadableSpan]:
     other = Resource({"service.name": "router"})
     brickscope_scope = InstrumentationScope("brickscope", "0.1.0", "https://s/2", {"scope.k": 1})
     bare_scope = InstrumentationScope("bare")
-    step = ReadableSpan(
-        name="step",
-        context=SpanContext(TRACE_ID, 0x1, False, TraceFlags(TraceFlags.SAMPLED)),
-        parent=SpanContext(TRACE_ID, 0xFEED, True),  # remote parent: another process
+    step = make_span(
+        0x1,
+        "step",
+        1_700_000_000_000_000_000,
+        1_700_000_000_500_000_000,
+        0xFEED,
+        trace_id=TRACE_ID,
+        remote_parent=True,  # a parent in another process
         resource=gpu_host,
         attributes={"brickscope.scope.kind": "step", "brickscope.step.number": 7},
         kind=SpanKind.SERVER,
         status=Status(StatusCode.OK),
-        start_time=1_700_000_000_000_000_000,
-        end_time=1_700_000_000_500_000_000,
-        instrumentation_scope=brickscope_scope,
+        scope=brickscope_scope,
     )
     events = BoundedList.from_seq(
         None, [Event("exception", {"exception.type": "ValueError"}, 1_700_000_000_100_000_000)]
@@ -108,15 +111,7 @@ def _sample_spans() -> list[ReadableSpan]:
     )
     kinds = [SpanKind.CLIENT, SpanKind.PRODUCER, SpanKind.CONSUMER]
     plain = [
-        ReadableSpan(
-            name=f"plain-{kind.name}",
-            context=SpanContext(OTHER_TRACE_ID, 0x10 + i, False),
-            resource=other,
-            kind=kind,
-            start_time=10 + i,
-            end_time=20 + i,
-            instrumentation_scope=bare_scope,
-        )
+        make_span(0x10 + i, f"plain-{kind.name}", 10 + i, 20 + i, trace_id=OTHER_TRACE_ID, resource=other, kind=kind, scope=bare_scope)
         for i, kind in enumerate(kinds)
     ]
     return [step, brick, *plain]

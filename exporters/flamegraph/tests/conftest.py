@@ -14,8 +14,7 @@ import pytest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind
-
+from brickscope.testing import make_span
 from brickscope.trace import attributes as A
 
 TRACE_ID = 0xABCDEF0123456789ABCDEF0123456789
@@ -26,7 +25,7 @@ STREAM = 0x7F00
 
 
 class SpanBuilder:
-    """Builds contract-shaped ReadableSpans with sequential ids.
+    """Builds contract-shaped ReadableSpans with sequential ids (through brickscope.testing.make_span).
 
     ``gpu=(start, end)`` makes a GPU-timed span (clock "cuda"); ``host=(start, end)``
     sets the host interval attributes; a span with neither is host-timed with its
@@ -71,20 +70,18 @@ class SpanBuilder:
             attrs[A.CLOCK] = A.CLOCK_HOST
             start, end = host if host is not None else (0, 0)
         attrs.update(attributes or {})
-        parent_context = None
-        if parent is not None:
-            parent_id = parent if isinstance(parent, int) else parent.context.span_id
-            parent_context = SpanContext(trace_id, parent_id, is_remote=remote_parent)
-        return ReadableSpan(
-            name=name,
-            context=SpanContext(trace_id, span_id, is_remote=False),
-            parent=parent_context,
-            resource=resource,
+        parent_id = parent if isinstance(parent, int) or parent is None else parent.context.span_id
+        return make_span(
+            span_id,
+            name,
+            start,
+            end,
+            parent_id,
             attributes=attrs,
-            kind=SpanKind.INTERNAL,
-            start_time=start,
-            end_time=end,
-            instrumentation_scope=SCOPE,
+            resource=resource,
+            trace_id=trace_id,
+            scope=SCOPE,
+            remote_parent=remote_parent,
         )
 
 

@@ -13,75 +13,33 @@ most recent open slice. Every violation is collected in ``Decoded.errors``.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
-from opentelemetry.trace.status import Status
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
+from brickscope import testing
 from brickscope.trace import attributes as A
 
 T0 = 1_700_000_000_000_000_000
-THREAD = {A.THREAD_ID: 140_000_000_000_001, A.THREAD_NAME: "MainThread"}
+THREAD = testing.MAIN_THREAD
 RESOURCE = Resource({"service.name": "decoder", "process.pid": 4242})
 SCOPE = InstrumentationScope("brickscope", "0.1.0")
-TRACE_ID = 0x0123456789ABCDEF0123456789ABCDEF
+TRACE_ID = testing.TEST_TRACE_ID
 
 
-def make_span(
-    span_id: int,
-    name: str,
-    start: int,
-    end: int,
-    parent: int | None = None,
-    *,
-    attributes: dict[str, Any] | None = None,
-    events: list[Event] | None = None,
-    links: list[Link] | None = None,
-    resource: Resource = RESOURCE,
-    trace_id: int = TRACE_ID,
-    kind: SpanKind = SpanKind.INTERNAL,
-    status: Status | None = None,
-    scope: InstrumentationScope | None = SCOPE,
-) -> ReadableSpan:
-    """An ended SDK span, as the core (or any instrumentation) would export it."""
-    return ReadableSpan(
-        name=name,
-        context=SpanContext(trace_id, span_id, False, TraceFlags(TraceFlags.SAMPLED)),
-        parent=SpanContext(trace_id, parent, False, TraceFlags(TraceFlags.SAMPLED)) if parent else None,
-        resource=resource,
-        attributes=attributes or {},
-        events=events or [],
-        links=links or [],
-        kind=kind,
-        status=status or Status(),
-        start_time=start,
-        end_time=end,
-        instrumentation_scope=scope,
-    )
+#: brickscope.testing.make_span with this suite's resource and scope.
+make_span = functools.partial(testing.make_span, resource=RESOURCE, scope=SCOPE)
 
 
-def gpu_attributes(
-    host_start: int, host_duration: int, gpu_duration: int, *, device: int = 0, stream: int = 0x7F00, **extra: Any
-) -> dict[str, Any]:
-    """Attributes of a GPU-timed kernel span following the span contract."""
-    return {
-        A.SCOPE_KIND: A.SCOPE_KIND_KERNEL,
-        A.BRICK_CATEGORY: "attention",
-        A.CLOCK: A.CLOCK_CUDA,
-        A.HOST_START_NS: host_start,
-        A.HOST_DURATION_NS: host_duration,
-        A.GPU_DURATION_NS: gpu_duration,
-        A.GPU_DEVICE_ID: device,
-        A.GPU_STREAM_ID: stream,
-        **THREAD,
-        **extra,
-    }
+def gpu_attributes(host_start: int, host_duration: int, gpu_duration: int, **options: Any) -> dict[str, Any]:
+    """brickscope.testing.gpu_attributes on this suite's thread."""
+    return testing.gpu_attributes(host_start, host_duration, gpu_duration, thread=THREAD, **options)
 
 
 @dataclass

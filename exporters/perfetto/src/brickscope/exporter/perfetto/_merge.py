@@ -28,7 +28,8 @@ from google.protobuf.message import DecodeError
 from brickscope.offline import AtomicOutput, TraceFileError, TraceSource
 
 from ._reader import PFTRACE, PacketError, iter_packets
-from ._schema import frame, pb
+from ._schema import pb
+from ._wire import frame
 
 _UUID_MASK = (1 << 63) - 1
 _MAX_SEQUENCE_ID = (1 << 32) - 1

@@ -59,17 +59,3 @@ META_LINK_SPAN_ID = "span_id"
 META_LINK_REMOTE = "is_remote"
 META_LINK_ATTRIBUTES = "attributes"
 
-
-def frame(packet_bytes: bytes) -> bytes:
-    """Wrap one serialized TracePacket as a ``Trace.packet`` field."""
-    return bytes((TRACE_PACKET_TAG,)) + varint(len(packet_bytes)) + packet_bytes
-
-
-def varint(value: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative int."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)

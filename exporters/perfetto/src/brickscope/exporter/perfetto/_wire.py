@@ -81,6 +81,11 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
+def frame(packet_bytes: bytes) -> bytes:
+    """Wrap one serialized TracePacket as a ``Trace.packet`` field."""
+    return bytes((TRACE_PACKET_TAG,)) + varint(len(packet_bytes)) + packet_bytes
+
+
 def _tag(number: int, wire_type: int) -> bytes:
     return varint((number << 3) | wire_type)
 

@@ -70,10 +70,9 @@ from ._schema import (
     SEQ_NEEDS_INCREMENTAL_STATE,
     TYPE_INSTANT,
     TYPE_SLICE_BEGIN,
-    frame,
     pb,
 )
-from ._wire import A_ARRAY, A_DICT, AnnotationEncoder, EventEncoder, field, varint
+from ._wire import A_ARRAY, A_DICT, AnnotationEncoder, EventEncoder, field, frame, varint
 
 _UUID_MASK = (1 << 63) - 1
 # Linux pids and tids stay below 2**22 (pid_max); synthetic ones are drawn above it.
