@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 from typing import Any
 
 from opentelemetry import metrics as otel_metrics
@@ -228,8 +229,17 @@ def configure(
     _session = Session(tracer_provider, sync_processor, aggregator, owns_provider, fallback_reason)
     _state.configured = sync_processor
     _state.recorder = sync_processor if enabled else None
+    _guard_torch_compile()
     _session._environment_context = propagation._attach_environment_context()  # noqa: SLF001
     return _session
+
+
+def _guard_torch_compile() -> None:
+    """Scopes inside torch.compile'd code record nothing and break no graph (``_state.compiling``),
+    when torch is already imported; this never imports it (brickscope.torch sets it too)."""
+    torch = sys.modules.get("torch")
+    if _state.compiling is None and torch is not None:
+        _state.compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
 
 
 def enable() -> None:

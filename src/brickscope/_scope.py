@@ -45,13 +45,19 @@ def _warn_once(key: str, message: str, *args: object, exc_info: bool = False) ->
 def _enter(scope: _Scope) -> Record | None:
     """Open a record for ``scope`` if brickscope is on. Never raises."""
     recorder = _state.recorder
-    if recorder is None:
+    if recorder is None or _tracing():
         return None
     try:
         return recorder.open(scope)
     except Exception:
         _enter_failed(recorder)
         return None
+
+
+def _tracing() -> bool:
+    """Whether torch.compile is tracing this call (see ``_state.compiling``)."""
+    compiling = _state.compiling
+    return compiling is not None and compiling()
 
 
 def _exit(rec: Record, error: BaseException | None) -> None:
@@ -105,11 +111,12 @@ class _Scope:
     __slots__ = ("_name", "_category", "_elements", "_stream", "_index", "_attributes")
     _kind = KIND_BRICK
     _propagates = True
+    _host_only = False  # True: never GPU-timed (brickscope.torch, during CUDA graph capture)
 
     # __enter__/__exit__ inline _enter/_exit: a call less on the hottest path.
     def __enter__(self) -> _Scope:
         recorder = _state.recorder
-        if recorder is not None:
+        if recorder is not None and (_state.compiling is None or not _state.compiling()):
             try:
                 recorder.open(self, self)
             except Exception:
@@ -117,6 +124,8 @@ class _Scope:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if _state.compiling is not None and _state.compiling():
+            return
         rec = _TOP_get()
         if rec is not None and rec.opener is self and not rec.ended:
             try:
@@ -317,7 +326,7 @@ class _Entry:
 
     def __enter__(self) -> _Entry:
         recorder = _state.recorder
-        if recorder is None:
+        if recorder is None or (_state.compiling is not None and _state.compiling()):
             self._record = None
         else:
             try:
@@ -487,7 +496,7 @@ def enter_scope(scope: Any) -> ScopeToken:
     if type(scope) is _Entry:
         scope = scope._scope
     recorder = _state.recorder
-    if recorder is None:
+    if recorder is None or _tracing():
         return _INERT
     if not isinstance(scope, _Scope):
         _misuse("enter_scope_type", "brickscope: enter_scope() expects a brick, kernel, layer or step scope, got %r", scope)

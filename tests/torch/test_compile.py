@@ -56,3 +56,54 @@ class TestCompile:
                     compiled(tokens())
             names = sorted(s.name for s in captured.spans)
         assert names == ["TinyGPT", "TinyGPT", "step", "step"]
+
+
+class TestScopesInCompiledCode:
+    """A user's own scopes inside a compiled function: no graph break, nothing recorded inside."""
+
+    def test_with_brick_decorator_and_tokens_compile_with_fullgraph(self):
+        """with bs.brick, a @bs.brick function and enter_scope/exit_scope all compile with fullgraph=True."""
+
+        @bs.brick("activation")
+        def act(x):
+            return torch.relu(x)
+
+        def f(x):
+            with bs.layer(0), bs.brick("rms_norm", elements=4):
+                y = x * 2
+            token = bs.enter_scope(bs.brick("ffn_up"))
+            y = act(y + 1)
+            bs.exit_scope(token)
+            return y
+
+        x = torch.ones(4)
+        with capture_spans() as captured:
+            compiled = torch.compile(f, fullgraph=True, backend="eager")
+            with bs.step(0):
+                assert torch.equal(compiled(x), torch.full((4,), 3.0))
+            assert [s.name for s in captured.spans] == ["step"]
+            captured.clear()
+            with bs.step(1):
+                f(x)  # the same function, eagerly: every scope recorded
+            names = sorted(s.name for s in captured.spans)
+        assert names == ["activation", "ffn_up", "layer", "rms_norm", "step"]
+
+    def test_configure_installs_the_guard_when_torch_is_imported(self):
+        """Without importing brickscope.torch, configure() after `import torch` guards every scope."""
+        code = (
+            "import torch, brickscope as bs\n"
+            "from brickscope import _state\n"
+            "assert _state.compiling is None\n"
+            "bs.configure(clock='host')\n"
+            "assert _state.compiling is torch.compiler.is_compiling\n"
+            "def f(x):\n"
+            "    with bs.brick('rms_norm'):\n"
+            "        return x + 1\n"
+            "print(torch.compile(f, fullgraph=True, backend='eager')(torch.zeros(2)).tolist())\n"
+        )
+        import subprocess
+        import sys
+
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "[1.0, 1.0]"

@@ -31,7 +31,11 @@ except ImportError as exc:  # pragma: no cover - exercised without torch
         "brickscope.torch needs PyTorch: pip install 'brickscope[torch]' (or any torch >= 2.4)"
     ) from exc
 
+from brickscope import _state
 from brickscope.torch._instrument import Instrumentation, instrument
 from brickscope.torch._plan import Mapped, default_category
+
+# Any brickscope scope traced by torch.compile records nothing and breaks no graph.
+_state.compiling = torch.compiler.is_compiling
 
 __all__ = ["Instrumentation", "Mapped", "default_category", "instrument"]
