@@ -235,7 +235,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         rec.gpu_first = rec.gpu_last = 0
         _record.TOP.set(rec)
         timer = self.timer
-        if timer is not None and rec.sampled and self._gpu_timed[owner._kind]:
+        if timer is not None and rec.sampled and self._gpu_timed[owner._kind] and not owner._host_only:
             try:
                 rec.stream = stream = self._stream_of(owner, top)
             except Exception as exc:  # e.g. the driver failing to set up the stream's context
