@@ -38,6 +38,32 @@ LAYER_INDEX = "brickscope.layer.index"
 #: int: the step number. On step spans, and on every scope nested in a step.
 STEP_NUMBER = "brickscope.step.number"
 
+# --- work done, for throughput, memory and roofline analysis (optional) -----------
+
+#: int: bytes the scope moved to and from memory (reads plus writes), for GB/s and
+#: arithmetic intensity. Brick and kernel spans, when given: ``bs.brick("gemm", bytes=n)``.
+WORK_BYTES = "brickscope.work.bytes"
+#: int: floating-point operations the scope performed, for FLOP/s and the roofline.
+#: Brick and kernel spans, when given: ``bs.brick("gemm", flops=2 * m * n * k)``.
+WORK_FLOPS = "brickscope.work.flops"
+#: int[]: shape of the scope's output tensor; with :data:`WORK_DTYPE` it gives the
+#: output's size in bytes when :data:`WORK_BYTES` is absent. ``output_shape=(b, n)``.
+WORK_OUTPUT_SHAPE = "brickscope.work.output_shape"
+#: str: element type of that output (``float32``, ``bfloat16``, ``int8``...). ``dtype="bfloat16"``.
+WORK_DTYPE = "brickscope.work.dtype"
+#: int: tokens the step produced or consumed, for tokens/s. Step spans: ``bs.step(n, tokens=k)``.
+STEP_TOKENS = "brickscope.step.tokens"
+#: The short keyword each of the above may be given as: a scope's extra keyword arguments
+#: become span attributes as they are (``bs.brick("gemm", bytes=n)`` puts ``bytes`` on the
+#: span); brickscope's analysis reads the full name, else the short one.
+SCOPE_KEYWORDS = {
+    "bytes": WORK_BYTES,
+    "flops": WORK_FLOPS,
+    "output_shape": WORK_OUTPUT_SHAPE,
+    "dtype": WORK_DTYPE,
+    "tokens": STEP_TOKENS,
+}
+
 # --- kernel launch configuration ---------------------------------------------------
 
 #: str: the kernel's name (also the span name). On kernel spans.

@@ -1,0 +1,58 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Communication: which bricks are collectives or transfers, how long they took, and
+how much of it compute on the same device hid (overlapped) or did not (exposed).
+
+On each device, with C the union of its GPU-timed communication intervals and K
+the union of its other GPU-timed work: overlapped = ``|C n K|`` and exposed =
+``|C| - |C n K|``. Host-timed communication is in the totals but has no exposure.
+"""
+
+from __future__ import annotations
+
+from brickscope.analysis._intervals import concat, union_ns
+from brickscope.analysis._model import Communication, CommunicationOp, Exposure, OperationStats
+from brickscope.analysis._table import KIND_BRICK, KIND_KERNEL, Table
+
+
+def communication(table: Table, operations: tuple[OperationStats, ...]) -> Communication:
+    """Communication totals per operation (from the per-operation statistics) and exposure per device."""
+    communicating = {(op.kind, op.name, op.category) for op in table.operations if op.communication}
+    selves = {kind: sum(s.self_ns for s in operations if s.kind == kind) for kind in ("brick", "kernel")}
+    ops = tuple(
+        CommunicationOp(s.name, s.kind, s.count, s.total_ns, s.self_ns, s.self_ns / selves[s.kind] if selves[s.kind] else 0.0)
+        for s in operations
+        if (s.kind, s.name, s.category) in communicating
+    )
+    bricks = [op for op in ops if op.kind == "brick"]
+    total = sum(op.self_ns for op in bricks)
+    devices = _exposure(table)
+    return Communication(
+        total_ns=total,
+        share=total / selves["brick"] if selves["brick"] else 0.0,
+        count=sum(op.count for op in bricks),
+        operations=ops,
+        devices=devices,
+        exposed_ns=sum(d.exposed_ns for d in devices),
+        overlapped_ns=sum(d.overlapped_ns for d in devices),
+    )
+
+
+def _exposure(table: Table) -> tuple[Exposure, ...]:
+    be = table.backend
+    gpu = table.select(
+        be.mask_and(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL)), be.mask_range(table["device"], 0, None))
+    )
+    n = len(table.devices)
+    comm = gpu.select(gpu["comm"])
+    compute = gpu.select(be.mask_not(gpu["comm"]))
+    c_parts = (comm["device"], comm["start"], comm["end"])
+    k_parts = (compute["device"], compute["start"], compute["end"])
+    c_ns = union_ns(be, *c_parts, n)
+    k_ns = union_ns(be, *k_parts, n)
+    both = union_ns(be, *concat(be, c_parts, k_parts), n)
+    out = []
+    for code in range(n):
+        if c_ns[code]:
+            overlapped = c_ns[code] + k_ns[code] - both[code]
+            out.append(Exposure(table.device_label(code), c_ns[code], overlapped, c_ns[code] - overlapped))
+    return tuple(out)

@@ -1,0 +1,196 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What an analysis returns: plain frozen dataclasses, one per section of the report.
+
+Field names are the keys of the JSON output (schema 1, ``docs/analysis.md``):
+times are integers in nanoseconds (``_ns``), rates per second, shares in [0, 1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Version of the JSON document; bumped when a key changes meaning or disappears.
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class OperationStats:
+    """One brick or kernel name (``kind``), or one category (``kind="category"``)."""
+
+    name: str
+    kind: str
+    category: str
+    count: int
+    total_ns: int  # sum of durations
+    self_ns: int  # sum of self times (bricks: nested bricks excluded)
+    share: float  # self_ns over the self time of all operations of this kind
+    mean_ns: float
+    p50_ns: int
+    p90_ns: int
+    p99_ns: int
+    min_ns: int
+    max_ns: int
+    elements: int
+    elements_per_second: float  # elements / self seconds (0 without elements)
+    bytes: int
+    bytes_per_second: float  # bytes / self seconds (0 without bytes)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One span: where it ran and how long it took."""
+
+    name: str
+    kind: str
+    duration_ns: int
+    start_ns: int
+    step: int | None
+    layer: int | None
+    rank: str
+    device: str | None
+    stream: str | None
+    span_id: str
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """An instance far above its operation's median (the rule: ``docs/analysis.md``)."""
+
+    instance: Instance
+    median_ns: int
+    ratio: float  # duration / median
+
+
+@dataclass(frozen=True)
+class LaneStats:
+    """A device, a stream or a rank: busy = length of the union of its work intervals."""
+
+    name: str
+    count: int
+    busy_ns: int
+    idle_in_steps_ns: int
+    streams: tuple[LaneStats, ...] = ()
+    model: str = ""
+
+
+@dataclass(frozen=True)
+class Balance:
+    """Load balance of per-lane busy times: (max - mean) / mean, and who is the straggler."""
+
+    imbalance_ratio: float
+    mean_busy_ns: float
+    max_busy_ns: int
+    straggler: str | None
+    busy_ns: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CommunicationOp:
+    name: str
+    kind: str
+    count: int
+    total_ns: int
+    self_ns: int
+    share: float  # self_ns over the self time of all bricks (kernels: of all kernels)
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """Communication on one device: union length, overlapped by compute, exposed."""
+
+    device: str
+    communication_ns: int
+    overlapped_ns: int
+    exposed_ns: int
+
+
+@dataclass(frozen=True)
+class Communication:
+    total_ns: int  # self time of communication bricks
+    share: float
+    count: int
+    operations: tuple[CommunicationOp, ...]
+    devices: tuple[Exposure, ...]
+    exposed_ns: int
+    overlapped_ns: int
+
+
+@dataclass(frozen=True)
+class MemoryOp:
+    name: str
+    kind: str
+    count: int
+    bytes: int
+    mean_bytes: float
+    max_bytes: int
+    share: float  # bytes over all bytes of this kind
+
+
+@dataclass(frozen=True)
+class Memory:
+    total_bytes: int
+    peak: Instance | None
+    peak_bytes: int
+    operations: tuple[MemoryOp, ...]
+    hotspots: tuple[str, ...]  # operations holding at least hotspot_share of the bytes
+    hotspot_share: float
+
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    """One operation on one device: achieved rates against the device's roof."""
+
+    name: str
+    kind: str
+    device: str
+    model: str
+    flops: float
+    bytes: int
+    time_ns: int
+    flops_per_second: float
+    bytes_per_second: float
+    arithmetic_intensity: float | None  # flops per byte (None without bytes)
+    peak_flops_per_second: float | None
+    peak_bytes_per_second: float | None
+    bound: str | None  # "memory" or "compute" (None without a known peak)
+    fraction_of_roof: float | None
+
+
+@dataclass(frozen=True)
+class StepStats:
+    step: int
+    rank: str
+    duration_ns: int
+    tokens: int
+    tokens_per_second: float
+
+
+@dataclass(frozen=True)
+class Throughput:
+    steps: tuple[StepStats, ...]
+    mean_step_ns: float
+    tokens: int
+    tokens_per_second: float  # tokens over the summed step durations
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything ``brickscope report`` prints, for one set of inputs and filters."""
+
+    sources: tuple[str, ...]
+    spans: int  # rows analysed (after filters)
+    dropped: int  # spans a bound left out (live sessions)
+    clocks: tuple[str, ...]
+    filters: dict[str, str]
+    operations: tuple[OperationStats, ...]  # bricks, then kernels, each by self time
+    categories: tuple[OperationStats, ...]
+    slowest: tuple[Instance, ...]
+    outliers: tuple[Outlier, ...]
+    devices: tuple[LaneStats, ...]
+    ranks: tuple[LaneStats, ...]
+    load_balance: dict[str, Balance]
+    communication: Communication
+    memory: Memory
+    roofline: tuple[RooflinePoint, ...]
+    throughput: Throughput
+    schema: int = SCHEMA

@@ -1,0 +1,139 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Per-operation and per-category statistics, the slowest instances, outliers.
+
+Definitions (``docs/analysis.md`` has the formulas): durations are ``end - start``
+of each span on its own clock; percentiles are exact, nearest-rank
+(:func:`~brickscope.analysis._backend.nearest_rank`); shares and rates use self
+time, so nested bricks are never counted twice.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from brickscope.analysis._backend import nearest_rank
+from brickscope.analysis._model import Instance, OperationStats, Outlier
+from brickscope.analysis._table import KIND_BRICK, KIND_KERNEL, KINDS, Table
+
+PERCENTILES = (0.5, 0.9, 0.99)
+#: An instance is an outlier when its duration exceeds this many times its
+#: operation's median, and the operation has at least OUTLIER_MIN_COUNT instances.
+OUTLIER_FACTOR = 3.0
+OUTLIER_MIN_COUNT = 3
+
+
+def operations(table: Table) -> tuple[OperationStats, ...]:
+    """Bricks (by self time, largest first), then kernels (likewise)."""
+    names = [(op.name, op.kind, op.category) for op in table.operations]
+    stats = _group_stats(table, table["op"], names, table)
+    out = []
+    for kind in ("brick", "kernel"):
+        rows = [s for s in stats if s.kind == kind]
+        out.extend(_with_shares(rows))
+    return tuple(out)
+
+
+def categories(table: Table) -> tuple[OperationStats, ...]:
+    """Bricks grouped by category, by self time, largest first."""
+    be = table.backend
+    bricks = table.select(be.mask_in(table["kind"], (KIND_BRICK,)))
+    names = [(name, "category", name) for name in table.categories]
+    return tuple(_with_shares(_group_stats(bricks, bricks["category"], names, bricks)))
+
+
+def slowest(table: Table, top: int) -> tuple[Instance, ...]:
+    """The ``top`` longest brick instances (by duration), longest first."""
+    be = table.backend
+    bricks = table.select(be.mask_in(table["kind"], (KIND_BRICK,)))
+    return tuple(instance(bricks, row) for row in be.top_k(bricks["duration"], top))
+
+
+def outliers(table: Table, top: int) -> tuple[Outlier, ...]:
+    """Brick and kernel instances above OUTLIER_FACTOR x their operation's median, worst ratio first."""
+    be = table.backend
+    work = table.select(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL)))
+    groups = len(table.operations)
+    codes, durations = work["op"], work["duration"]
+    counts = be.group_count(codes, groups)
+    ordered, offsets = be.sorted_within_groups(codes, groups, durations)
+    medians = _pick(be, ordered, offsets, counts, 0.5)
+    thresholds = [
+        OUTLIER_FACTOR * medians[g] if counts[g] >= OUTLIER_MIN_COUNT else math.inf for g in range(groups)
+    ]
+    found = []
+    for row in be.rows_above(codes, durations, thresholds):
+        median = medians[be.item(codes, row)]
+        duration = be.item(durations, row)
+        found.append(Outlier(instance(work, row), median, duration / median if median else math.inf))
+    found.sort(key=lambda o: (-o.ratio, -o.instance.duration_ns, o.instance.start_ns))
+    return tuple(found[:top])
+
+
+def instance(table: Table, row: int) -> Instance:
+    """Row ``row`` of ``table`` as an Instance (where it ran, how long it took)."""
+    be = table.backend
+    operation = table.operations[be.item(table["op"], row)]
+    step, layer = be.item(table["step"], row), be.item(table["layer"], row)
+    device, stream = be.item(table["device"], row), be.item(table["stream"], row)
+    return Instance(
+        name=operation.name,
+        kind=operation.kind,
+        duration_ns=be.item(table["duration"], row),
+        start_ns=be.item(table["start"], row),
+        step=step if step >= 0 else None,
+        layer=layer if layer >= 0 else None,
+        rank=table.ranks[be.item(table["rank"], row)],
+        device=table.device_label(device) if device >= 0 else None,
+        stream=table.stream_label(stream) if stream >= 0 else None,
+        span_id=f"{be.item(table['span_id'], row):016x}",
+    )
+
+
+def _group_stats(table: Table, codes: Any, names: list[tuple[str, str, str]], rows: Table) -> list[OperationStats]:
+    """Statistics of ``rows`` grouped by ``codes`` (indices into ``names``: (name, kind, category))."""
+    be = table.backend
+    groups = len(names)
+    count = be.group_count(codes, groups)
+    total = be.group_sum(codes, groups, rows["duration"])
+    self_ns = be.group_sum(codes, groups, rows["self"])
+    elements = be.group_sum(codes, groups, rows["elements"])
+    nbytes = be.group_sum(codes, groups, rows["bytes"])
+    ordered, offsets = be.sorted_within_groups(codes, groups, rows["duration"])
+    p50, p90, p99 = (_pick(be, ordered, offsets, count, q) for q in PERCENTILES)
+    lowest = _pick(be, ordered, offsets, count, 0.0)
+    highest = _pick(be, ordered, offsets, count, 1.0)
+    out = []
+    for g, (name, kind, category) in enumerate(names):
+        if not count[g] or kind not in ("brick", "kernel", "category"):
+            continue
+        seconds = self_ns[g] / 1e9
+        out.append(
+            OperationStats(
+                name=name, kind=kind, category=category, count=count[g], total_ns=total[g],
+                self_ns=self_ns[g], share=0.0, mean_ns=total[g] / count[g],
+                p50_ns=p50[g], p90_ns=p90[g], p99_ns=p99[g], min_ns=lowest[g], max_ns=highest[g],
+                elements=elements[g], elements_per_second=elements[g] / seconds if seconds and elements[g] else 0.0,
+                bytes=nbytes[g], bytes_per_second=nbytes[g] / seconds if seconds and nbytes[g] else 0.0,
+            )
+        )
+    return out
+
+
+def _with_shares(stats: list[OperationStats]) -> list[OperationStats]:
+    from dataclasses import replace
+
+    whole = sum(s.self_ns for s in stats)
+    shared = [replace(s, share=s.self_ns / whole if whole else 0.0) for s in stats]
+    shared.sort(key=lambda s: (-s.self_ns, s.name))
+    return shared
+
+
+def _pick(be: Any, ordered: Any, offsets: list[int], counts: list[int], fraction: float) -> list[int]:
+    """Per group, the nearest-rank ``fraction`` percentile of its sorted values (0 for an empty group)."""
+    rows = [offsets[g] + nearest_rank(c, fraction) for g, c in enumerate(counts) if c]
+    values = iter(be.take(ordered, rows)) if rows else iter(())
+    return [next(values) if c else 0 for c in counts]
+
+
+

@@ -1,0 +1,251 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A Report as text (terminal), Markdown (CI summaries, PRs) or JSON (schema 1).
+
+Names come from traces and may hold anything: text output replaces control
+characters with escapes, Markdown also escapes its own markup, so a span name
+can neither break a table nor inject a link.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any
+
+from brickscope.analysis._model import Instance, OperationStats, Report
+from brickscope.analysis._operations import OUTLIER_FACTOR
+
+FORMATS = ("text", "markdown", "json")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
+
+
+def render(report: Report, format: str = "text") -> str:  # noqa: A002 - the CLI's word
+    """``report`` in one of :data:`FORMATS`; ValueError for another."""
+    if format not in FORMATS:
+        raise ValueError(f"brickscope: unknown report format {format!r}; expected one of {FORMATS}")
+    if format == "json":
+        return json.dumps(to_json(report), indent=2)
+    return "\n".join(_Writer(format == "markdown").report(report)).rstrip() + "\n"
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    """The report as the JSON document of schema 1 (plain dicts and lists)."""
+    data = dataclasses.asdict(report)
+    data = {"schema": data.pop("schema"), **data}
+    data["load_balance"] = {key: dataclasses.asdict(value) for key, value in report.load_balance.items()}
+    return data
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f}"
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1e3:.1f}"
+
+
+def _rate(value: float, unit: float = 1.0) -> str:
+    return f"{value / unit:.4g}" if value else "-"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _opt(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+class _Writer:
+    """Sections of the report, as text or Markdown lines."""
+
+    def __init__(self, markdown: bool) -> None:
+        self.markdown = markdown
+
+    def name(self, text: str) -> str:
+        text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+        return _MARKDOWN.sub(r"\\\1", text) if self.markdown else text
+
+    def title(self, text: str) -> list[str]:
+        return ["", f"**{text}**", ""] if self.markdown else ["", text]
+
+    def note(self, text: str) -> list[str]:
+        return [text, ""] if self.markdown else [f"  {text}"]
+
+    def table(self, header: tuple[str, ...], rows: list[tuple[str, ...]], text_columns: int) -> list[str]:
+        """Names (the first ``text_columns``) left-aligned, figures right-aligned."""
+        if self.markdown:
+            align = "| " + " | ".join(":--" if i < text_columns else "--:" for i in range(len(header))) + " |"
+            return ["| " + " | ".join(header) + " |", align] + ["| " + " | ".join(r) + " |" for r in rows] + [""]
+        widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+
+        def line(cells: tuple[str, ...]) -> str:
+            return "  ".join(
+                c.ljust(w) if i < text_columns else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+            ).rstrip()
+
+        return [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+
+    def report(self, report: Report) -> list[str]:
+        sources = ", ".join(self.name(s) for s in report.sources) or "live session"
+        head = f"brickscope report: {sources}: {report.spans} spans, clock {', '.join(report.clocks) or 'none'}"
+        if report.filters:
+            head += " (" + ", ".join(f"{k} {v}" for k, v in report.filters.items()) + ")"
+        lines = [f"**{head}**" if self.markdown else head]
+        if report.dropped:
+            lines += self.note(f"{report.dropped} spans beyond the session's bound were not analysed")
+        lines += self.operations(report)
+        lines += self.instances(report)
+        lines += self.lanes(report)
+        lines += self.communication(report)
+        lines += self.memory(report)
+        lines += self.roofline(report)
+        lines += self.throughput(report)
+        return lines
+
+    def operations(self, report: Report) -> list[str]:
+        header = ("count", "self ms", "share", "total ms", "mean us", "p50 us", "p90 us", "p99 us", "max us", "elem/s", "GB/s")
+        lines = []
+        for kind, title, named in (("brick", "Bricks by self time", True), ("kernel", "Kernels by time", False)):
+            rows = [s for s in report.operations if s.kind == kind]
+            if rows:
+                lines += self.title(title)
+                lines += self.table(
+                    ("brick" if named else "kernel", "category") + header,
+                    [(self.name(s.name), self.name(s.category)) + self.figures(s) for s in rows],
+                    2,
+                )
+        if report.categories:
+            lines += self.title("Categories by self time")
+            lines += self.table(
+                ("category",) + header, [(self.name(s.name),) + self.figures(s) for s in report.categories], 1
+            )
+        return lines
+
+    @staticmethod
+    def figures(s: OperationStats) -> tuple[str, ...]:
+        return (
+            str(s.count), _ms(s.self_ns), _share(s.share), _ms(s.total_ns), _us(s.mean_ns), _us(s.p50_ns),
+            _us(s.p90_ns), _us(s.p99_ns), _us(s.max_ns), _rate(s.elements_per_second), _rate(s.bytes_per_second, 1e9),
+        )
+
+    def where(self, i: Instance) -> tuple[str, ...]:
+        return (
+            _opt(i.step), _opt(i.layer), self.name(i.rank), self.name(_opt(i.device)), self.name(_opt(i.stream)), i.span_id,
+        )
+
+    def instances(self, report: Report) -> list[str]:
+        lines = self.title(f"Slowest {len(report.slowest)} brick instances")
+        lines += self.table(
+            ("brick", "us", "step", "layer", "rank", "device", "stream", "span"),
+            [(self.name(i.name), _us(i.duration_ns)) + self.where(i) for i in report.slowest],
+            1,
+        )
+        lines += self.title(f"Outliers (over {OUTLIER_FACTOR:g}x their operation's median)")
+        if not report.outliers:
+            return lines + self.note("none")
+        return lines + self.table(
+            ("name", "kind", "us", "median us", "x", "step", "layer", "rank", "device", "stream", "span"),
+            [
+                (self.name(o.instance.name), o.instance.kind, _us(o.instance.duration_ns), _us(o.median_ns), f"{o.ratio:.1f}")
+                + self.where(o.instance)
+                for o in report.outliers
+            ],
+            2,
+        )
+
+    def lanes(self, report: Report) -> list[str]:
+        lines = self.title("Devices (busy = union of GPU intervals)")
+        if report.devices:
+            rows = []
+            for device in report.devices:
+                rows.append((self.name(device.name), self.name(device.model or "-"), str(device.count), _ms(device.busy_ns), _ms(device.idle_in_steps_ns)))
+                rows += [("  " + self.name(s.name), "", str(s.count), _ms(s.busy_ns), _ms(s.idle_in_steps_ns)) for s in device.streams]
+            lines += self.table(("device / stream", "model", "count", "busy ms", "idle in steps ms"), rows, 2)
+        else:
+            lines += self.note("no GPU-timed spans (timed on the host clock)")
+        lines += self.title("Ranks")
+        lines += self.table(
+            ("rank", "count", "busy ms", "idle in steps ms"),
+            [(self.name(r.name), str(r.count), _ms(r.busy_ns), _ms(r.idle_in_steps_ns)) for r in report.ranks],
+            1,
+        )
+        lines += self.title("Load balance: imbalance ratio = (max - mean) / mean of busy time")
+        rows = []
+        for key, balance in report.load_balance.items():
+            if balance.busy_ns:
+                rows.append((key, f"{balance.imbalance_ratio:.3f}", _ms(balance.mean_busy_ns), _ms(balance.max_busy_ns), self.name(balance.straggler or "-")))
+        return lines + self.table(("across", "imbalance", "mean busy ms", "max busy ms", "straggler"), rows, 1)
+
+    def communication(self, report: Report) -> list[str]:
+        comm = report.communication
+        lines = self.title("Communication")
+        if not comm.operations:
+            return lines + self.note("no communication bricks")
+        lines += self.note(
+            f"{comm.count} bricks, {_ms(comm.total_ns)} ms self time ({_share(comm.share)} of brick time);"
+            f" on GPUs {_ms(comm.exposed_ns)} ms exposed, {_ms(comm.overlapped_ns)} ms overlapped by compute"
+        )
+        lines += self.table(
+            ("operation", "kind", "count", "self ms", "share", "total ms"),
+            [(self.name(o.name), o.kind, str(o.count), _ms(o.self_ns), _share(o.share), _ms(o.total_ns)) for o in comm.operations],
+            2,
+        )
+        if comm.devices:
+            lines += [""] if not self.markdown else []
+            lines += self.table(
+                ("device", "communication ms", "overlapped ms", "exposed ms"),
+                [(self.name(d.device), _ms(d.communication_ns), _ms(d.overlapped_ns), _ms(d.exposed_ns)) for d in comm.devices],
+                1,
+            )
+        return lines
+
+    def memory(self, report: Report) -> list[str]:
+        memory = report.memory
+        lines = self.title("Memory traffic (bytes attributes)")
+        if not memory.operations:
+            return lines + self.note("no span carries bytes (or output_shape and dtype)")
+        peak = memory.peak
+        lines += self.note(
+            f"total {memory.total_bytes / 1e6:.3f} MB; peak instance {self.name(peak.name) if peak else '-'}"
+            f" {memory.peak_bytes / 1e6:.3f} MB; hotspots (>= {_share(memory.hotspot_share)}):"
+            f" {', '.join(self.name(h) for h in memory.hotspots) or 'none'}"
+        )
+        return lines + self.table(
+            ("operation", "kind", "count", "MB", "mean MB", "max MB", "share"),
+            [
+                (self.name(m.name), m.kind, str(m.count), f"{m.bytes / 1e6:.3f}", f"{m.mean_bytes / 1e6:.3f}", f"{m.max_bytes / 1e6:.3f}", _share(m.share))
+                for m in memory.operations
+            ],
+            2,
+        )
+
+    def roofline(self, report: Report) -> list[str]:
+        lines = self.title("Roofline (flops and bytes attributes)")
+        if not report.roofline:
+            return lines + self.note("no span carries flops or bytes")
+        return lines + self.table(
+            ("operation", "kind", "device", "GFLOP/s", "GB/s", "FLOP/B", "bound", "of roof"),
+            [
+                (
+                    self.name(p.name), p.kind, self.name(f"{p.device} {p.model}".strip() if p.model != "host" else p.device),
+                    _rate(p.flops_per_second, 1e9), _rate(p.bytes_per_second, 1e9),
+                    "-" if p.arithmetic_intensity is None else f"{p.arithmetic_intensity:.3g}",
+                    p.bound or ("-" if p.fraction_of_roof is None else ""), _share(p.fraction_of_roof),
+                )
+                for p in report.roofline
+            ],
+            3,
+        )
+
+    def throughput(self, report: Report) -> list[str]:
+        throughput = report.throughput
+        lines = self.title("Steps")
+        if not throughput.steps:
+            return lines + self.note("no step spans")
+        text = f"{len(throughput.steps)} steps, mean {_ms(throughput.mean_step_ns)} ms"
+        if throughput.tokens:
+            text += f", {throughput.tokens} tokens, {throughput.tokens_per_second:.4g} tokens/s"
+        return lines + self.note(text)

@@ -1,0 +1,378 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The loaded-trace model: one columnar :class:`Table`, one row per span.
+
+Every analysis reads this table and nothing else, whatever the input was (a
+``.pftrace``, OTLP JSON, a directory of per-rank files, a live session). Text
+values are interned: a row holds small integer codes into the table's lists
+(``operations``, ``categories``, ``ranks``, ``devices``, ``streams``), so a
+million spans of forty distinct bricks keep forty strings.
+
+Rows are built by :class:`TableBuilder` from ``ReadableSpan`` objects, a batch
+of rows at a time (a batch is transposed into column chunks, so memory holds
+columns, not span objects). The span tree is explicit: ``parent`` is the row of
+the span's parent (-1 for a root or a parent outside the trace), so walking a
+tree, a step or a critical path never needs the span ids again.
+
+Example::
+
+    builder = TableBuilder(get_backend())
+    for span in spans:
+        builder.add(span)
+    table = builder.build()
+    durations = table["duration"]
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from brickscope.trace import attributes as A
+
+#: Scope kinds, by code: the ``kind`` column.
+KINDS = ("other", "step", "layer", "brick", "kernel")
+KIND_OTHER, KIND_STEP, KIND_LAYER, KIND_BRICK, KIND_KERNEL = range(5)
+_KIND_CODES = {name: code for code, name in enumerate(KINDS)}
+#: Clocks, by code: the ``clock`` column.
+CLOCKS = ("host", "cuda")
+CLOCK_HOST_CODE, CLOCK_CUDA_CODE = 0, 1
+
+#: Column name -> dtype. Codes and "absent" markers: -1 where a row has no value
+#: (no step, no device...); 0 for absent amounts (elements, bytes, flops, tokens).
+COLUMNS: dict[str, str] = {
+    "op": "int64",  # code into Table.operations: (kind, name, category) of the span
+    "kind": "int64",  # code into KINDS
+    "category": "int64",  # code into Table.categories (-1: none)
+    "start": "int64",  # ns since the Unix epoch; the GPU interval for GPU-timed spans
+    "end": "int64",
+    "self": "int64",  # bricks: duration minus nested bricks; other spans: their duration
+    "clock": "int64",  # code into CLOCKS
+    "device": "int64",  # code into Table.devices (-1: not GPU-timed)
+    "stream": "int64",  # code into Table.streams (-1: not GPU-timed)
+    "step": "int64",  # brickscope.step.number (-1: none)
+    "layer": "int64",  # brickscope.layer.index (-1: none)
+    "rank": "int64",  # code into Table.ranks
+    "thread": "int64",  # thread.id (0: unknown)
+    "span_id": "uint64",
+    "parent_id": "uint64",  # 0: a root
+    "elements": "int64",
+    "bytes": "int64",  # brickscope.work.bytes, else output_shape x dtype size
+    "flops": "float64",
+    "tokens": "int64",  # brickscope.step.tokens (step spans)
+}
+#: Columns derived when the table is built.
+DERIVED = ("duration", "parent", "comm")
+
+#: A brick is communication when its category is this, or its name matches below.
+COMMUNICATION_CATEGORY = "communication"
+COMMUNICATION_NAME = re.compile(
+    r"all_?reduce|all_gather|reduce_scatter|all_to_all|broadcast|send|recv|nccl", re.IGNORECASE
+)
+
+#: Bytes per element of common dtype names (numpy, torch and CUDA spellings).
+DTYPE_BYTES = {
+    **dict.fromkeys(("float64", "double", "int64", "uint64", "long", "complex64"), 8),
+    **dict.fromkeys(("float32", "float", "int32", "uint32", "int", "tf32"), 4),
+    **dict.fromkeys(("float16", "half", "bfloat16", "bf16", "fp16", "int16", "uint16", "short"), 2),
+    **dict.fromkeys(("int8", "uint8", "bool", "float8", "fp8", "float8_e4m3fn", "float8_e5m2", "char"), 1),
+    "complex128": 16,
+}
+
+_BATCH_ROWS = 1 << 16
+
+
+def is_communication(name: str, category: str) -> bool:
+    """The issue's rule: category ``communication`` or a collective's name in the brick name."""
+    return category == COMMUNICATION_CATEGORY or COMMUNICATION_NAME.search(name) is not None
+
+
+@dataclass(frozen=True)
+class Operation:
+    """What a row's ``op`` code stands for: a span kind and name (and the brick's category)."""
+
+    kind: str
+    name: str
+    category: str
+    #: communication per :func:`is_communication` (a kernel also by its brick's name)
+    communication: bool
+
+
+@dataclass(frozen=True)
+class Device:
+    """A GPU: the host it is on, its ordinal there, and its model name when the resource says."""
+
+    host: str
+    ordinal: int
+    model: str
+
+    def label(self, hosts: int) -> str:
+        return f"gpu {self.ordinal}" if hosts <= 1 else f"{self.host} gpu {self.ordinal}"
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A CUDA stream of one device (``device`` is a code into Table.devices)."""
+
+    device: int
+    handle: int
+
+
+@dataclass
+class Table:
+    """Columns (see :data:`COLUMNS` and :data:`DERIVED`) and the lists their codes point into."""
+
+    backend: Any
+    columns: dict[str, Any]
+    operations: list[Operation]
+    categories: list[str]
+    ranks: list[str]
+    devices: list[Device]
+    streams: list[Stream]
+    #: Spans that reached the table, spans left out because a bound was reached.
+    rows: int = 0
+    dropped: int = 0
+    sources: list[str] = field(default_factory=list)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.columns[name]
+
+    @property
+    def hosts(self) -> int:
+        return len({device.host for device in self.devices})
+
+    def device_label(self, code: int) -> str:
+        return self.devices[code].label(self.hosts) if code >= 0 else "-"
+
+    def stream_label(self, code: int) -> str:
+        if code < 0:
+            return "-"
+        stream = self.streams[code]
+        return f"{self.device_label(stream.device)} stream {stream.handle:#x}"
+
+    def select(self, mask: Any) -> Table:
+        """The rows where ``mask`` is true, same code lists (parents re-pointed, or -1 when cut)."""
+        be = self.backend
+        kept = {name: be.compress(col, mask) for name, col in self.columns.items() if name != "parent"}
+        kept["parent"] = be.index_of(kept["span_id"], kept["parent_id"])
+        return Table(
+            be, kept, self.operations, self.categories, self.ranks, self.devices, self.streams,
+            rows=be.size(kept["start"]), dropped=self.dropped, sources=self.sources,
+        )
+
+
+class TableBuilder:
+    """Turns spans into table rows, a batch at a time. Thread-safe.
+
+    Args:
+        backend: from :func:`brickscope.analysis._backend.get_backend`.
+        max_rows: spans beyond this many are counted in ``dropped``, not kept
+            (None: no bound). A live session's report uses a bound.
+    """
+
+    def __init__(self, backend: Any, max_rows: int | None = None) -> None:
+        self.backend = backend
+        self.max_rows = max_rows
+        self.rows = 0
+        self.dropped = 0
+        self._lock = threading.Lock()
+        self._pending: list[tuple[Any, ...]] = []
+        self._chunks: list[dict[str, Any]] = []
+        self._op_codes: dict[tuple[int, str, str, str | None], int] = {}
+        self._operation_codes: dict[Operation, int] = {}
+        self._operations: list[Operation] = []
+        self._category_codes: dict[str, int] = {}
+        self._categories: list[str] = []
+        self._rank_codes: dict[str, int] = {}
+        self._ranks: list[str] = []
+        self._device_codes: dict[tuple[str, int], int] = {}
+        self._devices: list[Device] = []
+        self._stream_codes: dict[tuple[int, int], int] = {}
+        self._streams: list[Stream] = []
+        # id(resource) -> (resource, rank code, host, device model names): resources are shared by many spans
+        self._resources: dict[int, tuple[Any, int, str, tuple[str, ...]]] = {}
+        self.sources: list[str] = []
+
+    def add(self, span: Any, attributes: Any = None) -> None:
+        """Add one ended span (``attributes``: its attributes, when the caller already holds them)."""
+        with self._lock:
+            if self.max_rows is not None and self.rows >= self.max_rows:
+                self.dropped += 1
+                return
+            self.rows += 1
+            self._pending.append(self._row(span, span.attributes if attributes is None else attributes))
+            if len(self._pending) >= _BATCH_ROWS:
+                self._flush()
+
+    def add_all(self, spans: Any) -> None:
+        """Add every span of an iterable."""
+        for span in spans:
+            self.add(span)
+
+    def build(self) -> Table:
+        """The table of every span added so far (the builder can go on adding)."""
+        with self._lock:
+            self._flush()
+            be = self.backend
+            columns = {
+                name: be.concat([chunk[name] for chunk in self._chunks], dtype) for name, dtype in COLUMNS.items()
+            }
+            columns["duration"] = be.subtract(columns["end"], columns["start"])
+            columns["parent"] = be.index_of(columns["span_id"], columns["parent_id"])
+            comm = [op.communication for op in self._operations]
+            columns["comm"] = be.lookup(comm, columns["op"], "bool")
+            return Table(
+                be, columns, list(self._operations), list(self._categories), list(self._ranks),
+                list(self._devices), list(self._streams), rows=self.rows, dropped=self.dropped,
+                sources=list(self.sources),
+            )
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        be = self.backend
+        transposed = list(zip(*self._pending))
+        self._chunks.append({name: be.column(values, dtype) for (name, dtype), values in zip(COLUMNS.items(), transposed)})
+        self._pending = []
+
+    def _row(self, span: Any, attrs: Any) -> tuple[Any, ...]:
+        """One span as a tuple in COLUMNS order (the per-span cost of loading: keep it lean)."""
+        if attrs is None:
+            attrs = {}
+        get = attrs.get
+        kind = _KIND_CODES.get(get(A.SCOPE_KIND), KIND_OTHER)
+        name = span.name
+        category_name = ""
+        brick_name = None
+        if kind == KIND_BRICK or kind == KIND_KERNEL:
+            category_name = get(A.BRICK_CATEGORY) or ("other" if kind == KIND_BRICK else "")
+            if kind == KIND_KERNEL:
+                brick_name = get(A.BRICK_NAME)
+        op_key = (kind, name, category_name, brick_name)
+        op = self._op_codes.get(op_key)
+        if op is None:
+            op = self._new_op(op_key)
+        category = self._category_codes.get(category_name, -1) if category_name else -1
+        if category < 0 and category_name:
+            category = self._category_codes[category_name] = len(self._categories)
+            self._categories.append(category_name)
+        start, end = span.start_time, span.end_time
+        if start is None or end is None:  # never ended: zero length at whatever is known
+            start = end = start or end or 0
+        self_ns = get(A.BRICK_SELF_DURATION_NS, end - start) if kind == KIND_BRICK else end - start
+        resource = span.resource
+        entry = self._resources.get(id(resource))
+        if entry is None or entry[0] is not resource:
+            entry = self._resource_entry(resource)
+        clock = CLOCK_CUDA_CODE if get(A.CLOCK) == A.CLOCK_CUDA else CLOCK_HOST_CODE
+        device = stream = -1
+        ordinal = get(A.GPU_DEVICE_ID)
+        if ordinal is not None and clock == CLOCK_CUDA_CODE:
+            device = self._device_code(entry, int(ordinal))
+            handle = int(get(A.GPU_STREAM_ID, 0))
+            stream = self._stream_codes.get((device, handle), -1)
+            if stream < 0:
+                stream = self._stream_codes[(device, handle)] = len(self._streams)
+                self._streams.append(Stream(device, handle))
+        nbytes = get(A.WORK_BYTES, get("bytes"))
+        if nbytes is None:
+            nbytes = _output_bytes(get(A.WORK_OUTPUT_SHAPE, get("output_shape")), get(A.WORK_DTYPE, get("dtype")))
+        parent = span.parent
+        return (
+            op, kind, category, start, end, self_ns, clock, device, stream,
+            _int(get(A.STEP_NUMBER), -1), _int(get(A.LAYER_INDEX), -1), entry[1],
+            _int(get(A.THREAD_ID), 0), span.context.span_id, parent.span_id if parent is not None else 0,
+            _int(get(A.BRICK_ELEMENTS), 0), _int(nbytes, 0), _float(get(A.WORK_FLOPS, get("flops"))),
+            _int(get(A.STEP_TOKENS, get("tokens")), 0),
+        )
+
+    def _new_op(self, key: tuple[int, str, str, str | None]) -> int:
+        """The code of (kind, name, category, enclosing brick): kernels of one name share an
+        Operation across bricks unless the brick makes them communication."""
+        kind, name, category, brick_name = key
+        communication = kind in (KIND_BRICK, KIND_KERNEL) and (
+            is_communication(name, category) or (brick_name is not None and is_communication(brick_name, ""))
+        )
+        operation = Operation(KINDS[kind], name, category, communication)
+        code = self._operation_codes.get(operation)
+        if code is None:
+            code = self._operation_codes[operation] = len(self._operations)
+            self._operations.append(operation)
+        self._op_codes[key] = code
+        return code
+
+    def _resource_entry(self, resource: Any) -> tuple[Any, int, str, tuple[str, ...]]:
+        attributes = getattr(resource, "attributes", None) or {}
+        host = str(attributes.get(A.HOST_NAME, ""))
+        rank = attributes.get(A.RANK)
+        if rank is not None and str(rank) != "":
+            label = str(rank)
+        else:  # no launcher rank: each process is its own rank
+            service = attributes.get("service.name", "")
+            pid = attributes.get("process.pid")
+            label = " ".join(str(part) for part in (service, host and f"@{host}", pid and f"pid {pid}") if part)
+            label = label or "process"
+        code = self._rank_codes.get(label)
+        if code is None:
+            code = self._rank_codes[label] = len(self._ranks)
+            self._ranks.append(label)
+        entry = (resource, code, host, _names(attributes.get(A.GPU_DEVICE_NAMES)))
+        self._resources[id(resource)] = entry
+        return entry
+
+    def _device_code(self, entry: tuple[Any, int, str, tuple[str, ...]], ordinal: int) -> int:
+        key = (entry[2], ordinal)
+        code = self._device_codes.get(key)
+        if code is None:
+            models = entry[3]
+            model = models[ordinal] if 0 <= ordinal < len(models) else ""
+            code = self._device_codes[key] = len(self._devices)
+            self._devices.append(Device(entry[2], ordinal, model))
+        return code
+
+
+def _int(value: Any, default: int) -> int:
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _float(value: Any) -> float:
+    if value is None:
+        return 0.0
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _output_bytes(shape: Any, dtype: Any) -> int:
+    """Bytes of an output tensor from its shape and dtype name; 0 when either is unknown."""
+    if shape is None or dtype is None:
+        return 0
+    size = DTYPE_BYTES.get(str(dtype).lower().removeprefix("torch.").removeprefix("np."))
+    if size is None:
+        return 0
+    try:
+        count = 1
+        for extent in shape:
+            count *= int(extent)
+    except (TypeError, ValueError):
+        return 0
+    return count * size
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """GPU model names from the resource: a sequence, or its text form ``[a, b]`` (from a .pftrace label)."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("[") and text.endswith("]"):
+            return tuple(part.strip() for part in text[1:-1].split(",") if part.strip())
+        return (text,)
+    return tuple(str(v) for v in value)

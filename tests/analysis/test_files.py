@@ -1,0 +1,142 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Loading files: the same trace as OTLP JSON and as .pftrace gives the same report; per-rank
+directories; and bad input gets one line naming the file, never a traceback or an empty report."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+
+import pytest
+from analysis_synthetic import two_rank_trace, write_otlp_json, write_pftrace
+
+from brickscope.analysis import AnalysisError, analyse, load, render, to_json
+from brickscope.cli import main
+
+pytest.importorskip("brickscope.exporter.perfetto")
+
+
+@pytest.fixture(name="files")
+def _files(tmp_path):
+    trace = two_rank_trace()
+    (tmp_path / "json").mkdir()
+    (tmp_path / "perfetto").mkdir()
+    for rank, spans in trace.items():
+        write_otlp_json(tmp_path / "json" / f"rank{rank}.jsonl", spans)
+        write_pftrace(tmp_path / "perfetto" / f"rank{rank}.pftrace", spans)
+    return tmp_path
+
+
+def _without_sources(report):
+    return dataclasses.replace(report, sources=())
+
+
+class TestFormatsAgree:
+    def test_pftrace_and_otlp_json_give_the_same_report(self, files, backend):
+        """Every section, every figure: the two formats carry the same trace."""
+        from_json = analyse(load(files / "json", backend=backend), top=5)
+        from_perfetto = analyse(load(files / "perfetto", backend=backend), top=5)
+        assert to_json(_without_sources(from_json)) == to_json(_without_sources(from_perfetto))
+        assert from_json.load_balance["devices"].imbalance_ratio == pytest.approx(500 / 1150)
+        assert len(from_json.sources) == 2
+
+    def test_directory_equals_the_files_listed(self, files):
+        """A directory of per-rank files is the same input as its files named one by one."""
+        listed = analyse(load(files / "json" / "rank0.jsonl", files / "json" / "rank1.jsonl"))
+        directory = analyse(load(files / "json"))
+        assert to_json(listed) == to_json(directory)
+
+
+class TestCommandLine:
+    def test_report_json_is_schema_1(self, files, capsys):
+        """--format json prints the documented keys, nanoseconds, and schema 1."""
+        assert main(["report", str(files / "perfetto"), "--format", "json", "--top", "2"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["schema"] == 1
+        for key in ("operations", "categories", "slowest", "devices", "ranks", "load_balance",
+                    "communication", "memory", "roofline", "outliers", "throughput"):
+            assert key in data
+        assert data["load_balance"]["devices"]["imbalance_ratio"] == pytest.approx(500 / 1150)
+        assert data["slowest"][0]["duration_ns"] == 900_000 and len(data["slowest"]) == 2
+
+    def test_text_and_markdown(self, files, capsys):
+        """Text and Markdown name the straggler and the outlier."""
+        assert main(["report", str(files / "json"), "--format", "markdown"]) == 0
+        markdown = capsys.readouterr().out
+        assert "| gemm | matmul | 7 |" in markdown and "**Load balance" in markdown
+        assert main(["report", str(files / "json"), "--step", "1:"]) == 0
+        text = capsys.readouterr().out
+        assert "step 1:" in text.splitlines()[0] and "Outliers" in text
+
+    def test_names_are_escaped(self, tmp_path, capsys):
+        """A span name with a newline, an escape sequence and Markdown markup stays on its row."""
+        from analysis_synthetic import _resource, span
+
+        spans = [span(1, "evil\n|name\x1b[31m", "brick", 0, 10, _resource(0), category="x*y")]
+        path = write_otlp_json(tmp_path / "evil.jsonl", spans)
+        assert main(["report", str(path)]) == 0
+        text = capsys.readouterr().out
+        assert "evil\\x0a|name\\x1b[31m" in text and "\x1b" not in text
+        assert main(["report", str(path), "--format", "markdown"]) == 0
+        # Markdown: the escape's own backslash is escaped too, so it renders as typed
+        assert "evil\\\\x0a\\|name\\\\x1b\\[31m" in capsys.readouterr().out
+
+
+class TestBadInput:
+    @pytest.mark.parametrize(
+        ("content", "problem"),
+        [
+            (None, "no such file or directory"),
+            (b"", "empty file"),
+            (b"\x00\x01garbage that is not a trace", "not a Perfetto trace"),
+            (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": 3}]}]}]}\n', "traceId: missing"),
+            (b'{"resourceSpans": []}\n', "no spans in this file"),
+            (b"{not json\n", "not valid JSON"),
+        ],
+    )
+    def test_one_line_naming_the_file_exit_1(self, tmp_path, capsys, content, problem):
+        """Missing, empty, corrupt, malformed or span-less: rc 1, one stderr line, nothing on stdout."""
+        path = tmp_path / "input.trace"
+        if content is not None:
+            path.write_bytes(content)
+        assert main(["report", str(path)]) == 1
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        (line,) = captured.err.splitlines()
+        assert line.startswith("brickscope report: error: ") and str(path) in line and problem in line
+
+    def test_spans_but_no_bricks(self, tmp_path, capsys):
+        """OTLP JSON of plain application spans is not a brickscope trace: said, not an empty report."""
+        from analysis_synthetic import _resource, span
+
+        path = write_otlp_json(tmp_path / "app.jsonl", [span(1, "GET /", "server", 0, 10, _resource(0))])
+        assert main(["report", str(path)]) == 1
+        assert "no brickscope brick or kernel span" in capsys.readouterr().err
+
+    def test_corrupt_gzip(self, tmp_path, capsys):
+        """A gzip file cut short is named with the problem."""
+        data = gzip.compress(b'{"resourceSpans": []}\n' * 1000)
+        path = tmp_path / "cut.jsonl.gz"
+        path.write_bytes(data[: len(data) // 2])
+        assert main(["report", str(path)]) == 1
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and str(path) in err
+
+    def test_bad_arguments_exit_2(self, files, capsys):
+        """A malformed --step is a usage error (argparse, rc 2)."""
+        with pytest.raises(SystemExit) as exit_info:
+            main(["report", str(files / "json"), "--step", "5"])
+        assert exit_info.value.code == 2
+        assert main(["report", str(files / "json"), "--peak", "H100=fast"]) == 2
+
+    def test_python_api_raises_analysis_error(self, tmp_path):
+        """load() raises AnalysisError whose str() is the CLI's one line."""
+        with pytest.raises(AnalysisError, match=r"missing\.pftrace: no such file"):
+            load(tmp_path / "missing.pftrace")
+
+
+def test_render_rejects_unknown_format(files):
+    """render() names the formats it knows."""
+    with pytest.raises(ValueError, match="expected one of"):
+        render(analyse(load(files / "json")), "xml")
