@@ -89,7 +89,7 @@ class TestBadInput:
         [
             (None, "no such file or directory"),
             (b"", "empty file"),
-            (b"\x00\x01garbage that is not a trace", "not a Perfetto trace"),
+            (b"\x00\x01garbage that is not a trace", "not a trace brickscope"),
             (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": 3}]}]}]}\n', "traceId: missing"),
             (b'{"resourceSpans": []}\n', "no spans in this file"),
             (b"{not json\n", "not valid JSON"),
@@ -104,7 +104,7 @@ class TestBadInput:
         captured = capsys.readouterr()
         assert captured.out == ""
         (line,) = captured.err.splitlines()
-        assert line.startswith("brickscope report: error: ") and str(path) in line and problem in line
+        assert line.startswith("brickscope report: ") and str(path) in line and problem in line
 
     def test_spans_but_no_bricks(self, tmp_path, capsys):
         """OTLP JSON of plain application spans is not a brickscope trace: said, not an empty report."""
@@ -122,6 +122,17 @@ class TestBadInput:
         assert main(["report", str(path)]) == 1
         err = capsys.readouterr().err
         assert len(err.splitlines()) == 1 and str(path) in err
+
+    def test_truncated_pftrace(self, files, tmp_path, capsys):
+        """A .pftrace cut mid-packet fails naming the file; --allow-truncated analyses the valid prefix."""
+        data = (files / "perfetto" / "rank0.pftrace").read_bytes()
+        path = tmp_path / "cut.pftrace"
+        path.write_bytes(data[:-7])
+        assert main(["report", str(path)]) == 1
+        captured = capsys.readouterr()
+        assert captured.out == "" and str(path) in captured.err and "truncated" in captured.err
+        assert main(["report", str(path), "--allow-truncated", "--format", "json"]) == 0
+        assert json.loads(capsys.readouterr().out)["spans"] > 0
 
     def test_bad_arguments_exit_2(self, files, capsys):
         """A malformed --step is a usage error (argparse, rc 2)."""

@@ -8,15 +8,20 @@ Example::
     $ brickscope diff base.pftrace new.pftrace --fail-above 5
 
 Bad input prints one line naming the file and the problem and exits 1; bad
-arguments exit 2. Nothing is printed to stdout unless the whole report is ready.
+arguments exit 2 (the statuses of every ``brickscope`` command). Nothing is
+printed to stdout unless the whole report is ready.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
+from brickscope.cli import EXIT_BAD_INPUT, EXIT_OK, UsageError
+from brickscope.offline import Progress
+from brickscope.offline._errors import one_line
 from brickscope.analysis._engine import analyse
 from brickscope.analysis._load import AnalysisError, load
 from brickscope.analysis._peaks import Peak
@@ -45,49 +50,43 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step", type=_step_range, metavar="A:B", help="only steps A <= step < B (either end may be empty)")
     parser.add_argument("--rank", action="append", metavar="RANK", help="only this rank (repeatable)")
     parser.add_argument("--device", action="append", type=int, metavar="N", help="only GPU device N (repeatable)")
+    parser.add_argument(
+        "--allow-truncated", action="store_true",
+        help="analyse the valid prefix of a truncated input (a writer killed mid-write) instead of failing",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     parser.add_argument("--backend", choices=("numpy", "python"), help=argparse.SUPPRESS)
 
 
 def run_report(args: argparse.Namespace) -> int:
-    """Load, analyse, print; returns the exit status."""
+    """Load, analyse, print; returns the exit status (errors: see :func:`_fail`)."""
     try:
         peaks = dict(_peak(text) for text in args.peak)
     except ValueError as exc:
-        return _fail("report", 2, exc)
+        raise UsageError(str(exc)) from None
     try:
-        table = _load(args.inputs, args.backend)
+        table = _load(args)
         report = analyse(table, top=args.top, steps=args.step, ranks=args.rank, devices=args.device, peaks=peaks)
-        text = render(report, args.format)
-    except (AnalysisError, ValueError) as exc:
-        return _fail("report", 1, exc)
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    return 0
+    except AnalysisError as exc:
+        return _fail(args, exc)
+    text = render(report, args.format)
+    sys.stdout.write(text)
+    return EXIT_OK
 
 
-def _load(inputs: list[str], backend: str | None) -> Any:
-    progress = _Progress() if sys.stderr.isatty() else None
+def _load(args: argparse.Namespace) -> Any:
+    """The inputs' table, with a progress line per file on stderr when it is a terminal."""
+    shown: list[Progress] = []
+
+    def progress_for(path: str) -> Progress:
+        shown.append(Progress(os.path.basename(path), quiet=args.quiet or not sys.stderr.isatty()))
+        return shown[-1]
+
     try:
-        return load(*inputs, backend=backend, progress=progress)
+        return load(*args.inputs, backend=args.backend, allow_truncated=args.allow_truncated, progress_for=progress_for)
     finally:
-        if progress is not None:
-            progress.done()
-
-
-class _Progress:
-    """A percentage of the input bytes read, on stderr (only on a terminal)."""
-
-    def __init__(self) -> None:
-        self._shown = -1
-
-    def __call__(self, done: int, total: int) -> None:
-        percent = 100 * done // total if total else 100
-        if percent != self._shown:
-            self._shown = percent
-            print(f"\rreading: {percent:3d}%", end="", file=sys.stderr, flush=True)
-
-    def done(self) -> None:
-        if self._shown >= 0:
-            print("\r\x1b[K", end="", file=sys.stderr, flush=True)
+        for progress in shown:
+            progress.finish()
 
 
 def _step_range(text: str) -> tuple[int | None, int | None]:
@@ -118,9 +117,9 @@ def _peak(text: str) -> tuple[str, Peak]:
     return name.strip(), Peak.parse(figures)
 
 
-def _fail(command: str, status: int, exc: BaseException) -> int:
-    message = " ".join(str(exc).split())
-    print(f"brickscope {command}: error: {message}", file=sys.stderr)
-    return status
+def _fail(args: argparse.Namespace, exc: AnalysisError) -> int:
+    """One line naming the input and the problem, as every brickscope command prints it; status 1."""
+    print(one_line(f"brickscope {args.command}: {exc}"), file=sys.stderr)
+    return EXIT_BAD_INPUT
 
 

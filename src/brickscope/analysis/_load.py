@@ -10,20 +10,20 @@ format (:func:`_read`); this module never decodes a format itself.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from brickscope.analysis._backend import get_backend
 from brickscope.analysis._table import KIND_BRICK, KIND_KERNEL, Table, TableBuilder
+from brickscope.offline._errors import one_line
 
 #: Called as ``progress(bytes_read, total_bytes)`` over all inputs while loading.
 ProgressCallback = Callable[[int, int], None]
 
 _TRACE_SUFFIXES = (".pftrace", ".json", ".jsonl", ".json.gz", ".jsonl.gz", ".otlp.json")
-_JSON_STARTS = (b"{", b"[", b"\xef\xbb\xbf", b"\x1f\x8b")  # JSON, UTF-8 BOM, gzip
 
 
-class AnalysisError(Exception):
+class AnalysisError(ValueError):
     """An input cannot be analysed. ``str()`` is one line naming the input and the problem.
 
     .. versionadded:: 0.2.0
@@ -34,13 +34,18 @@ def load(
     *inputs: Any,
     backend: str | None = None,
     progress: ProgressCallback | None = None,
+    allow_truncated: bool = False,
+    progress_for: Callable[[str], ProgressCallback | None] | None = None,
 ) -> Table:
     """Load trace files, directories of them, or live sessions into one table.
 
     Args:
         inputs: paths (str or PathLike) of files or directories, or Session objects.
         backend: ``"numpy"`` or ``"python"``; default numpy when installed.
-        progress: called as ``progress(bytes_read, total_bytes)`` while files are read.
+        progress: called as ``progress(bytes_read, total_bytes)`` over all files while they are read.
+        allow_truncated: analyse the valid prefix of a file cut short (a writer killed
+            mid-write) instead of failing.
+        progress_for: instead of ``progress``, a callback per file (``progress_for(path)``).
 
     Raises:
         AnalysisError: an input is missing, unreadable, empty, not a brickscope
@@ -71,9 +76,8 @@ def load(
             report = (lambda offset: lambda done, _total: progress(offset + done, total))(before)
         rows = builder.rows
         try:
-            builder.add_all(_read(path, report))
-        except AnalysisError:
-            raise
+            with _read(path, allow_truncated, report if progress_for is None else progress_for(path)) as spans:
+                builder.add_all(spans)
         except (ValueError, OSError, EOFError) as exc:
             raise AnalysisError(_one_line(path, exc)) from None
         if builder.rows == rows:
@@ -111,28 +115,11 @@ def _size(path: str) -> int:
     return size
 
 
-def _read(path: str, progress: ProgressCallback | None) -> Iterator[Any]:
-    """The spans of one file, from brickscope's reader of its format (chosen by content)."""
-    try:
-        from brickscope.offline import open_spans  # the core's one reading API, when installed
-    except ImportError:
-        pass
-    else:
-        return open_spans(path, progress=progress)
-    with open(path, "rb") as probe:
-        head = probe.read(64).lstrip()
-    if head.startswith(_JSON_STARTS):
-        from brickscope.otlp_json import read_spans
+def _read(path: str, allow_truncated: bool, progress: ProgressCallback | None) -> Any:
+    """The spans of one file, from brickscope's one reader of its format (a context manager)."""
+    from brickscope.offline import open_spans
 
-        return read_spans(path, progress=progress)
-    # TODO(issue 12): until brickscope.offline lands, the Perfetto reader is found by name.
-    try:
-        from brickscope.exporter.perfetto import read_spans as read_pftrace
-    except ImportError:
-        raise AnalysisError(
-            f"{path}: not OTLP JSON; reading a .pftrace needs brickscope-exporter-perfetto"
-        ) from None
-    return iter(read_pftrace(path, progress=progress))
+    return open_spans(path, allow_truncated=allow_truncated, progress=progress)
 
 
 def _require_work(table: Table, what: str) -> None:
@@ -145,7 +132,8 @@ def _require_work(table: Table, what: str) -> None:
 
 
 def _one_line(path: str, exc: BaseException) -> str:
-    message = " ".join(str(exc).split()) or type(exc).__name__
+    """The reader's own line (TraceFileError names the file), or one made from an OSError."""
     if isinstance(exc, OSError) and exc.strerror:
-        message = exc.strerror
+        return f"{path}: {exc.strerror}"
+    message = one_line(str(exc)) or type(exc).__name__
     return message if message.startswith(path) else f"{path}: {message}"
