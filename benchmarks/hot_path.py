@@ -122,7 +122,7 @@ def measure(iterations: int, repeats: int) -> dict[str, float]:
     # brickscope, host clock. Resolution is left out of `brick` by a max_pending larger
     # than the loop; it is what brick_full_pipeline adds.
     session = bs.configure(TracerProvider(), clock="host", max_pending=1 << 22, max_delay_millis=1e9, aggregate=False)
-    pending = session.sync_processor._pending  # noqa: SLF001 - dropped between layers, untimed cost ~10 ns/op
+    pending = session.sync_processor.recorder.pending  # dropped between layers, untimed cost ~10 ns/op
     results["brick"] = per_op_ns(lambda n: bricks_in_layer(n, pending), iterations, repeats)
     bs.disable()
     results["brick_disabled"] = per_op_ns(bricks_in_layer, iterations, repeats)
@@ -171,7 +171,7 @@ def measure_cuda(iterations: int, repeats: int) -> dict[str, float]:
     results = {"cuda_event_record": per_op_ns(bare_records, iterations, repeats)}
     session = bs.configure(TracerProvider(), clock="cuda", max_delay_millis=1e9, aggregate=False)
     handle = int(stream)
-    pending, timer = session.sync_processor._pending, session.sync_processor.timer  # noqa: SLF001
+    pending, timer = session.sync_processor.recorder.pending, session.sync_processor.timer
 
     def cuda_bricks(n: int) -> None:
         brick = bs.brick

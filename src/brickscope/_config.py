@@ -96,7 +96,7 @@ class Session:
         if self._closed:
             return
         self._closed = True
-        if _state.configured is self.sync_processor:
+        if _state.configured is self.sync_processor.recorder:
             _state.configured = _state.recorder = None
         self.sync_processor.shutdown(timeout_millis)
         _remove_processors(self.tracer_provider, (self.sync_processor, self.aggregator))
@@ -227,8 +227,8 @@ def configure(
     if aggregator is not None:
         tracer_provider.add_span_processor(aggregator)
     _session = Session(tracer_provider, sync_processor, aggregator, owns_provider, fallback_reason)
-    _state.configured = sync_processor
-    _state.recorder = sync_processor if enabled else None
+    _state.configured = sync_processor.recorder
+    _state.recorder = sync_processor.recorder if enabled else None
     _guard_torch_compile()
     _session._environment_context = propagation._attach_environment_context()  # noqa: SLF001
     return _session

@@ -93,7 +93,7 @@ class ScopeSpan(NonRecordingSpan):
         record = self._top()
         if record is None:
             return INVALID_SPAN_CONTEXT
-        span_id = assign_span_id(record, record.recorder._id_generator)  # noqa: SLF001
+        span_id = assign_span_id(record, record.recorder.id_generator)
         return SpanContext(record.trace_id, span_id, False, SAMPLED if record.sampled else _NOT_SAMPLED)
 
     def __repr__(self) -> str:

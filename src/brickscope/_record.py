@@ -26,14 +26,14 @@ KIND_NAMES = ("step", "layer", "brick", "kernel")
 class Record:
     """One scope, open or ended but not yet turned into a span.
 
-    Every field is written by ``GpuSyncSpanProcessor.open()`` (no ``__init__``: the
+    Every field is written by ``Recorder.open()`` (no ``__init__``: the
     hot path writes each field once). What the scope object already knows (kind,
     name, brick, elements, attributes) is read from ``owner`` at resolution instead.
     """
 
     owner: Any  # the scope object it records (resolution reads name, kind, brick... from it)
     opener: Any  # what a ``with`` exit matches it by: the entry or shared scope that opened it, or None
-    recorder: Any  # the GpuSyncSpanProcessor it was opened on
+    recorder: Any  # the Recorder it was opened on
     link: Record | None  # the record below on the scope stack
     parent: Record | None  # the brickscope parent record, or None under a foreign span
     otel_parent: SpanContext | None  # the foreign parent span's context, if any

@@ -81,7 +81,7 @@ def _exit_failed(rec: Record) -> None:
 def _innermost_open(top: Record | None, opener: Any) -> Record | None:
     """The innermost open record of this context's stack that ``opener`` opened, or None."""
     while top is not None:
-        if top.opener is opener and not top.ended:
+        if top.opener is opener:  # closing a record sets its opener None
             return top
         top = top.link
     return None
@@ -127,7 +127,7 @@ class _Scope:
         if _state.compiling is not None and _state.compiling():
             return
         rec = _TOP_get()
-        if rec is not None and rec.opener is self and not rec.ended:
+        if rec is not None and rec.opener is self:  # closing sets opener None
             try:
                 rec.recorder.close(rec, exc)
             except Exception:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from brickscope.trace._sync import GpuSyncSpanProcessor
+    from brickscope.trace._recorder import Recorder
 
-#: The GpuSyncSpanProcessor scopes record into; None when disabled or unconfigured.
-recorder: GpuSyncSpanProcessor | None = None
+#: The Recorder scopes record into; None when disabled or unconfigured.
+recorder: Recorder | None = None
 #: The configured recorder, kept while disabled so enable() can restore it.
-configured: GpuSyncSpanProcessor | None = None
+configured: Recorder | None = None
 #: ``torch.compiler.is_compiling`` once torch is in use (set by brickscope.torch, or by
 #: configure() when torch is already imported; never imported here), else None. Scopes
 #: ask it first and record nothing while torch.compile traces them: the call folds to

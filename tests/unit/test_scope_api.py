@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import threading
 
 import pytest
@@ -14,6 +13,7 @@ from opentelemetry import trace
 
 import brickscope as bs
 from brickscope.testing import capture_spans
+from brickscope.trace import _recorder
 from brickscope.trace import attributes as A
 
 
@@ -30,8 +30,7 @@ class DrivenClock:
 @pytest.fixture
 def clock(monkeypatch):
     driven = DrivenClock()
-    recorder_module = sys.modules[bs.GpuSyncSpanProcessor.open.__module__]
-    monkeypatch.setattr(recorder_module, "perf_counter_ns", driven)
+    monkeypatch.setattr(_recorder, "perf_counter_ns", driven)
     return driven
 
 

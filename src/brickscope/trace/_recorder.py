@@ -1,0 +1,290 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The recorder: the hot path. Scope enter pushes a compact record; scope exit pops it
+and queues it for resolution. Nothing here builds a span or waits, except the sync
+points the sync policy asks for (and a forced sync when too much is pending).
+
+The stack of open scopes is a linked list of records per thread or asyncio task
+(``_record.TOP``). Exits are matched by record, so a scope may end while scopes
+opened inside it are still open: the stack is repaired around it (see
+:func:`_repair_stack`) and the repair counted.
+
+Example::
+
+    rec = recorder.open(scope)      # what ``with bs.brick(...)`` does on enter
+    recorder.close(rec, None)       # ... and on exit
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections import deque
+from typing import Any, Callable
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.trace import SpanKind
+
+from brickscope import _otel_context, _record
+from brickscope._clock import perf_counter_ns
+from brickscope._record import Record
+from brickscope.trace._counters import Counters
+from brickscope.trace._sdk import static_root_decision
+from brickscope.trace.attributes import CLOCK_CUDA, CLOCK_HOST
+
+_SCOPE_SPAN = _otel_context.ScopeSpan(_record.TOP.get)
+# Bound once: each saves an attribute lookup or two per scope on the hot path.
+_top, _set_top = _record.TOP.get, _record.TOP.set
+_current_context, _with_span, _attach = _otel_context.current, _otel_context.with_span, _otel_context.attach
+_get_ident = threading.get_ident
+_new_record = object.__new__
+BLOCK = 1  # close triggers a sync, waiting for the GPU
+POLL = 2  # close triggers a sync of what is already complete
+LATE = 3  # closed after shutdown: sync it at once
+#: What closing a scope of each kind (step, layer, brick, kernel) triggers, per sync mode.
+CLOSE_ACTIONS = {
+    "immediate": (BLOCK, BLOCK, BLOCK, 0),
+    "per_layer": (BLOCK, BLOCK, 0, 0),
+    "deferred": (POLL, 0, 0, 0),
+    "none": (POLL, 0, 0, 0),
+}
+
+
+class Recorder:
+    """Opens and closes records for scopes; ended ones wait in :attr:`pending`.
+
+    Args:
+        tracer_provider: whose id generator and sampler scopes use.
+        sync_mode: one of ``CLOSE_ACTIONS``' keys (checked by the processor).
+        timer: a GPU timer, or None for the host clock.
+        max_pending: ended records kept before a forced sync.
+        max_delay_millis: deferred mode polls complete records this often.
+        propagate_context: the outermost open scope becomes the current OTel span.
+        time_kernels: kernel scopes get CUDA events too.
+        counters: where events are counted.
+        sync: the resolution entry point, ``sync(block, timeout_millis=None, streams=())``.
+    """
+
+    def __init__(
+        self,
+        tracer_provider: TracerProvider,
+        *,
+        sync_mode: str,
+        timer: Any,
+        max_pending: int,
+        max_delay_millis: float,
+        propagate_context: bool,
+        time_kernels: bool,
+        counters: Counters,
+        sync: Callable[..., bool],
+    ) -> None:
+        self.timer = timer
+        self.clock = CLOCK_CUDA if timer is not None else CLOCK_HOST
+        self.max_pending = max_pending
+        self.propagate_context = propagate_context
+        self.sync = sync
+        # Which kinds get their own CUDA events (step, layer, brick, kernel). Steps and
+        # layers have no stream of their own: their GPU interval is the extent of the
+        # GPU-timed scopes inside them (see SpanBuilder.build).
+        self._gpu_timed = (False, False, True, time_kernels)
+        self._provider = tracer_provider
+        self.id_generator = tracer_provider.id_generator
+        self._root_sampled = static_root_decision(tracer_provider.sampler)
+        self._max_delay_ns = int(max_delay_millis * 1e6)
+        self._next_poll_ns = perf_counter_ns() + self._max_delay_ns
+        self.pending: deque[Record] = deque()
+        self.thread_names: dict[int, str] = {}
+        self._stream_refs: dict[Any, Any] = {}
+        self.counters = counters
+        self._counts = counters.values
+        self.close_actions = CLOSE_ACTIONS[sync_mode]
+
+    def open(self, owner: Any, opener: Any = None) -> Record:
+        """Push a new record for a scope entering on this thread/task. Never blocks.
+
+        ``opener``: the object a ``with`` exit will look the record up by (None for
+        token and decorator scopes, which keep the record themselves).
+        """
+        rec = _new_record(Record)
+        top = _top()
+        current = _current_context()
+        if top is None or top.otel_context is not current:
+            # Outermost scope, or user code started its own span since the scope below
+            # opened: the parent is whatever OTel span is current.
+            span = _otel_context.current_span(current)
+            span_context = span.get_span_context() if span is not None else None
+            if span_context is not None and span_context.is_valid:
+                rec.trace_id = span_context.trace_id
+                rec.sampled = span_context.trace_flags.sampled
+            else:
+                span_context = None
+                rec.trace_id = trace_id = self.id_generator.generate_trace_id()
+                rec.sampled = self._sample_root(trace_id, owner._name)
+            rec.otel_parent = span_context
+            rec.parent = None
+            if self.propagate_context and owner._propagates:
+                current = _with_span(current, _SCOPE_SPAN)
+                rec.context_token = _attach(current)
+            else:
+                rec.context_token = None
+        else:
+            rec.trace_id = top.trace_id
+            rec.sampled = top.sampled
+            rec.otel_parent = None
+            rec.parent = top
+            rec.context_token = None
+        rec.otel_context = current
+        rec.owner = owner
+        rec.opener = opener
+        rec.recorder = self
+        rec.link = top
+        rec.span_id = 0
+        rec.span_context = None
+        rec.thread_id = tid = _get_ident()
+        if tid not in self.thread_names:
+            self.thread_names[tid] = threading.current_thread().name
+        rec.ended = False
+        rec.error = None
+        rec.gpu_error = None
+        rec.nested_ns = 0
+        rec.enclosing = None
+        rec.gpu_first = rec.gpu_last = 0
+        _set_top(rec)
+        timer = self.timer
+        if timer is not None and rec.sampled and self._gpu_timed[owner._kind] and not owner._host_only:
+            try:
+                rec.stream = stream = self._stream_of(owner, top)
+            except Exception as exc:  # e.g. the driver failing to set up the stream's context
+                rec.stream = None
+                rec.start_mark = -1
+                rec.gpu_error = getattr(exc, "code_name", type(exc).__name__)
+            else:
+                rec.start_mark = mark = timer.mark(stream)
+                if mark < 0:
+                    rec.gpu_error = "mark_failed"
+        else:
+            rec.stream = None
+            rec.start_mark = -1
+        rec.end_mark = -1
+        rec.host_start = perf_counter_ns()
+        return rec
+
+    def _stream_of(self, owner: Any, top: Record | None) -> Any:
+        """The timer's StreamRef for a scope: its own stream, else the enclosing scope's."""
+        stream = owner._stream
+        if stream is None and top is not None and top.stream is not None:
+            return top.stream
+        try:
+            return self._stream_refs[stream]
+        except KeyError:
+            ref = self._stream_refs[stream] = self.timer.stream_ref(stream)
+        except TypeError:  # an unhashable stream object
+            ref = self.timer.stream_ref(stream)
+        return ref
+
+    def close(self, rec: Record, error: BaseException | None) -> None:
+        """Pop ``rec`` and queue it for resolution; a sync point if the policy says so."""
+        end = perf_counter_ns()
+        if rec.start_mark >= 0:
+            rec.end_mark = self.timer.mark(rec.stream)
+        rec.host_end = end
+        rec.ended = True
+        rec.opener = None  # only open records are looked up; and no entry <-> record cycle
+        if _top() is rec:  # the innermost open scope: the usual, LIFO case
+            if rec.context_token is not None:
+                _release_context(rec)
+            below = rec.link
+            while below is not None and below.ended:  # scopes ended out of order surface now
+                if below.context_token is not None:
+                    _release_context(below)
+                below = below.link
+            _set_top(below)
+        else:
+            self._counts["scope_repairs"] += 1
+            _repair_stack(rec)
+        if error is not None:
+            rec.error = _describe(error)
+        if not rec.sampled:
+            self._counts["scopes_unsampled"] += 1
+            return
+        pending = self.pending
+        pending.append(rec)
+        action = self.close_actions[rec.owner._kind]
+        if action:
+            if action == LATE:
+                self._counts["closed_after_shutdown"] += 1
+            self.sync(block=action != POLL, streams=(rec.stream,))
+        elif len(pending) >= self.max_pending:
+            self._counts["forced_syncs"] += 1
+            self.sync(block=True)
+        elif end >= self._next_poll_ns:
+            self._counts["polls"] += 1
+            self._next_poll_ns = end + self._max_delay_ns
+            self.sync(block=False)
+
+    def count(self, what: str) -> None:
+        """Count one event of ``what`` (scopes use it for misuse and internal errors)."""
+        self.counters.add(what)
+
+    def _sample_root(self, trace_id: int, name: str) -> bool:
+        if self._root_sampled is not None:
+            return self._root_sampled
+        result = self._provider.sampler.should_sample(None, trace_id, name, SpanKind.INTERNAL)
+        return result.decision == Decision.RECORD_AND_SAMPLE
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: drop the parent's pending scopes and its CUDA state (CUDA
+        does not survive fork); the child times on the host clock."""
+        self.pending = deque()
+        if self.timer is not None:
+            self.timer = None
+            self.clock = CLOCK_HOST
+
+
+def _release_context(rec: Record) -> None:
+    """Detach the OTel context ``rec`` attached on open.
+
+    Called when rec leaves the top of its stack, so every context attached after
+    it has been detached (LIFO) unless user code leaked one. From another
+    ``contextvars.Context`` (a task or thread other than the opener) the token
+    cannot be reset: it stays on the record, for the opening context to reset
+    when the record surfaces there.
+    """
+    try:
+        _otel_context.detach(rec.context_token)
+    except ValueError:  # another Context: left for the one that attached it
+        return
+    except RuntimeError:  # already reset
+        pass
+    rec.context_token = None
+
+
+def _repair_stack(rec: Record) -> None:
+    """``rec`` ended but is not the innermost open scope of this context.
+
+    Records at the top that were ended from another context surface first (and
+    release their OTel context). If rec is then innermost it leaves as usual;
+    otherwise it stays linked below the scopes still open, marked ended: they
+    keep it as their parent, new scopes never get it, and its OTel context is
+    released when it surfaces (when the scopes above it have ended).
+    """
+    top = _record.TOP.get()
+    while top is not None and top.ended and top is not rec:
+        if top.context_token is not None:
+            _release_context(top)
+        top = top.link
+    if top is rec:
+        if rec.context_token is not None:
+            _release_context(rec)
+        top = rec.link
+        while top is not None and top.ended:
+            if top.context_token is not None:
+                _release_context(top)
+            top = top.link
+    _record.TOP.set(top)
+
+
+def _describe(error: BaseException) -> tuple[str, str, str]:
+    """exception.type / .message / .stacktrace for the exception event."""
+    stacktrace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return type(error).__qualname__, str(error), stacktrace

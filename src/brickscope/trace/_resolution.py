@@ -1,0 +1,131 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Resolution: at a sync point, turn the recorder's ended records into spans, in order.
+
+A record is resolved once its GPU end event has completed (or at once on the host
+clock); a blocking sync waits for the GPU, a poll takes only the complete prefix.
+Each resolved record is built into a span and handed downstream, pacing the SDK's
+batch queues so one sync point cannot overflow them. Runs on whichever thread
+reaches a sync point, under one lock.
+
+Example::
+
+    resolver.sync(block=True, timeout_millis=5000)   # what bs.sync() does
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from brickscope._record import Record
+from brickscope.trace._counters import Counters
+from brickscope.trace._recorder import Recorder
+from brickscope.trace._sdk import Downstream
+from brickscope.trace._spans import SpanBuilder
+
+_PACE_EVERY = 128  # spans emitted between looks at the downstream queues
+_PACE_BUDGET_S = 0.5  # most one sync point waits for downstream queues, in all
+_PACE_HOLDOFF_S = 10.0  # after the budget ran out, no pacing for this long
+
+
+class Resolver:
+    """Resolves a recorder's pending records into spans for the downstream processors."""
+
+    def __init__(self, recorder: Recorder, builder: SpanBuilder, downstream: Downstream, counters: Counters) -> None:
+        self._recorder = recorder
+        self._builder = builder
+        self._downstream = downstream
+        self._counters = counters
+        self._counts = counters.values
+        self.lock = threading.RLock()
+        self._pace_holdoff = 0.0
+
+    def sync(self, block: bool = True, timeout_millis: float | None = None, streams: tuple = ()) -> bool:
+        """Resolve pending records into spans and emit them.
+
+        With ``block`` the GPU is waited for (up to ``timeout_millis``); without it
+        only the already-complete prefix is resolved. Returns True when nothing is
+        left pending. Never raises.
+        """
+        try:
+            with self.lock:
+                self._counts["syncs"] += 1
+                deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1e3
+                if block and self._recorder.timer is not None:
+                    for stream in streams:
+                        if stream is not None:
+                            self._synchronize(stream)
+                return self._resolve(block, deadline)
+        except Exception:  # never into user code
+            self._counters.log_once("sync", "brickscope: resolving pending scopes failed")
+            return False
+
+    def emit_unresolved(self) -> None:
+        """Emit whatever is still pending with host timing (shutdown, after a timed-out sync)."""
+        with self.lock:
+            pending = self._recorder.pending
+            while pending:
+                rec = pending.popleft()
+                if rec.end_mark >= 0:
+                    rec.gpu_error = "unresolved_at_shutdown"
+                self._downstream.emit(self._builder.build(rec))
+                self._counts["spans_emitted"] += 1
+
+    def _synchronize(self, stream: Any) -> None:
+        """Wait for a stream (immediate/per_layer); a failure is left to the records to report."""
+        try:
+            self._recorder.timer.synchronize(stream)
+        except Exception:
+            self._counts["gpu_sync_errors"] += 1
+
+    def _resolve(self, block: bool, deadline: float | None) -> bool:
+        pending = self._recorder.pending
+        timer = self._recorder.timer
+        downstream = self._downstream
+        emit, build, processors = downstream.emit, self._builder.build, downstream.processors()
+        if block and timer is not None:
+            try:
+                timer.reanchor()  # a sync point: refresh the GPU-host time correlation
+            except Exception:  # the records will meet the same fault and say so
+                self._counts["reanchor_errors"] += 1
+        queues = downstream.batch_queues() if time.monotonic() >= self._pace_holdoff else []
+        pace_deadline = time.monotonic() + _PACE_BUDGET_S
+        emitted = 0
+        try:
+            while pending:
+                rec = pending[0]
+                if rec.end_mark >= 0 and not self._gpu_ready(timer, rec, block, deadline):
+                    return False
+                pending.popleft()
+                emit(build(rec), processors)
+                emitted += 1
+                if queues and emitted % _PACE_EVERY == 0 and not downstream.pace(queues, pace_deadline):
+                    queues = []  # the exporter is not keeping up: stop waiting for it
+                    self._pace_holdoff = time.monotonic() + _PACE_HOLDOFF_S
+            return True
+        finally:
+            self._counts["spans_emitted"] += emitted
+
+    def _gpu_ready(self, timer: Any, rec: Record, block: bool, deadline: float | None) -> bool:
+        """Whether rec's end event has completed; waits when blocking. GPU faults mark the record."""
+        try:
+            if timer.is_complete(rec.end_mark):
+                return True
+            if not block:
+                return False
+            if deadline is None:
+                timer.wait(rec.end_mark)
+                return True
+            while not timer.is_complete(rec.end_mark):
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.0001)
+            return True
+        except Exception as exc:  # CudaError: the record falls back to host timing
+            rec.gpu_error = getattr(exc, "code_name", type(exc).__name__)
+            return True
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: a fresh lock (the parent's may have been held at fork)."""
+        self.lock = threading.RLock()

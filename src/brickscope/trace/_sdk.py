@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What brickscope needs from the OTel SDK beyond its public API, in one place.
+
+Resolved spans are handed to the provider's processors directly (the SDK has no
+public way to end a span it did not start), batch processors' queues are watched
+so a sync point does not overflow them, and a static sampler's decision is read
+once instead of asked per root scope. Every private SDK attribute brickscope
+reads is read here.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import Decision, ParentBased, StaticSampler
+
+from brickscope.trace._aggregation import CategoryAggregator
+from brickscope.trace._counters import Counters
+
+
+def provider_processors(provider: TracerProvider) -> tuple:
+    """The provider's processors in order (the SDK keeps them in a private tuple)."""
+    return provider._active_span_processor._span_processors  # noqa: SLF001
+
+
+def batch_queues(provider: TracerProvider) -> list[Any]:
+    """The SDK batch processors (their private BatchProcessor) among the provider's processors."""
+    return [
+        processor._batch_processor  # noqa: SLF001 - the queue has no public view
+        for processor in provider_processors(provider)
+        if isinstance(processor, BatchSpanProcessor) and hasattr(processor, "_batch_processor")
+    ]
+
+
+def static_root_decision(sampler: Any) -> bool | None:
+    """The decision for a root span when the sampler's answer cannot depend on the span."""
+    if isinstance(sampler, ParentBased):
+        sampler = sampler._root  # noqa: SLF001
+    if isinstance(sampler, StaticSampler):
+        return sampler._decision == Decision.RECORD_AND_SAMPLE  # noqa: SLF001
+    return None
+
+
+class Downstream:
+    """The provider's processors after brickscope's: resolved spans go to each of them."""
+
+    def __init__(self, provider: TracerProvider, own: SpanProcessor, counters: Counters) -> None:
+        self._provider = provider
+        self._own = own
+        self._counters = counters
+        self._counts = counters.values
+
+    def processors(self) -> tuple[tuple[SpanProcessor, bool], ...]:
+        """The provider's processors other than ours, in order, each with whether it is
+        a CategoryAggregator (fed through its ``fold`` fast path). Look up once per batch."""
+        own = self._own
+        return tuple(
+            (p, isinstance(p, CategoryAggregator)) for p in provider_processors(self._provider) if p is not own
+        )
+
+    def emit(self, built: tuple[ReadableSpan, dict[str, Any]], processors: tuple | None = None) -> None:
+        """Hand an ended span to every downstream processor, isolating their faults.
+
+        A CategoryAggregator gets the attributes dict we just built along with the span,
+        sparing it a read-only view and six lookups through it per span.
+        """
+        span, attributes = built
+        if processors is None:
+            processors = self.processors()
+        for processor, aggregator in processors:
+            try:
+                if aggregator:
+                    processor.fold(span, attributes)
+                else:
+                    processor.on_end(span)
+            except Exception:  # opentelemetry-python#5624: never let one reach the app
+                self._counts["processor_errors"] += 1
+                self._counters.log_once(f"on_end:{type(processor).__name__}", "brickscope: a span processor failed")
+
+    def batch_queues(self) -> list[Any]:
+        return batch_queues(self._provider)
+
+    def pace(self, queues: list[Any], deadline: float) -> bool:
+        """Let BatchSpanProcessors drain before their queues overflow (they drop when full).
+
+        A sync point can release thousands of spans at once; the SDK's default queue
+        holds 2048. When a queue is three-quarters full, wake its worker and wait
+        until it is half empty, but never past ``deadline``. Returns False when that
+        budget ran out: the exporter is stuck (a receiver gone), and the caller stops
+        pacing for a while, so the application is never held up for long; the
+        BatchSpanProcessor's own drop counter says what it shed. Waits are counted
+        in ``pacing_waits``.
+        """
+        for batch in queues:
+            queue, capacity = batch._queue, batch._max_queue_size  # noqa: SLF001
+            if len(queue) * 4 < capacity * 3:
+                continue
+            self._counts["pacing_waits"] += 1
+            batch._worker_awaken.set()  # noqa: SLF001
+            while len(queue) * 2 > capacity:
+                if time.monotonic() >= deadline:
+                    self._counts["pacing_timeouts"] += 1
+                    return False
+                time.sleep(0.0005)
+        return True
