@@ -142,10 +142,10 @@ def _first_request(source: TraceSource) -> tuple[int, Any, bytes]:
         consumed += line
         if number == 1 and line.startswith(_UTF8_BOM):
             line = line[len(_UTF8_BOM) :]
+        if len(consumed) > _MAX_LINE_BYTES:
+            raise source.error(f"more than {_MAX_LINE_BYTES >> 20} MiB before the first request", line=number)
         if not line.strip():
             continue
-        if len(consumed) > _MAX_LINE_BYTES:
-            raise source.error(f"more than {_MAX_LINE_BYTES >> 20} MiB of blank lines", line=number)
         try:
             value = json.loads(line)
         except ValueError:  # a document spread over several lines (or garbage)
