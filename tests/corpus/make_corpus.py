@@ -11,7 +11,8 @@ line on stderr naming the file, no output left), ``ok`` (exit status 0, an outpu
 ``either`` (a byte flip may hit a value rather than the structure; anything but a
 traceback, a partial output or a silent empty one). ``read`` is the expectation of the
 commands that read spans (``convert``, ``flamegraph`` and the analysis commands);
-``merge`` copies packets and is told apart.
+``merge`` copies packets and is told apart. A subcommand that prints instead of writing a
+file (``report``) must print nothing on stdout when it fails.
 
 What is generated (the ``.pftrace`` ids are random, so the bytes differ per run; the
 expectations do not):
@@ -41,6 +42,7 @@ from brickscope.exporter.perfetto._reader import iter_packets
 from brickscope.exporter.perfetto._schema import pb
 from brickscope.exporter.perfetto._wire import A_DICT, field, frame
 from brickscope.testing import MAIN_THREAD, gpu_attributes, make_span
+from brickscope.trace import attributes as A
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FILES = os.path.join(HERE, "files")
@@ -52,17 +54,17 @@ _TRACK_EVENT = bytes(((11 << 3) | 2,))  # TracePacket.track_event
 
 
 def _batches() -> list[list]:
-    """Three export batches: host spans with an event, a GPU kernel, a second step (times in µs)."""
+    """Three export batches: a step with a brick and an event, a GPU kernel, a second step (µs)."""
     us = 1_000
+    step = {**MAIN_THREAD, A.SCOPE_KIND: A.SCOPE_KIND_STEP}
+    brick = {**MAIN_THREAD, A.SCOPE_KIND: A.SCOPE_KIND_BRICK, A.BRICK_NAME: "rms_norm", A.BRICK_CATEGORY: "norm"}
     return [
         [
-            make_span(2, "rms_norm", T0 + 10 * us, T0 + 20 * us, 1, attributes=MAIN_THREAD),
-            make_span(
-                1, "step", T0, T0 + 100 * us, attributes=MAIN_THREAD, events=[Event("mark", {"i": 1}, T0 + 50 * us)]
-            ),
+            make_span(2, "rms_norm", T0 + 10 * us, T0 + 20 * us, 1, attributes=brick),
+            make_span(1, "step", T0, T0 + 100 * us, attributes=step, events=[Event("mark", {"i": 1}, T0 + 50 * us)]),
         ],
         [make_span(3, "gemm", T0 + 130 * us, T0 + 190 * us, 4, attributes=gpu_attributes(T0 + 112 * us, 5 * us, 60 * us))],
-        [make_span(4, "step", T0 + 110 * us, T0 + 200 * us, attributes=MAIN_THREAD)],
+        [make_span(4, "step", T0 + 110 * us, T0 + 200 * us, attributes=step)],
     ]
 
 
@@ -94,6 +96,10 @@ def _otlp_line(spans: list) -> str:
                 "name": span.name,
                 "startTimeUnixNano": str(span.start_time),
                 "endTimeUnixNano": str(span.end_time),
+                "attributes": [
+                    {"key": key, "value": {"intValue": str(value)} if isinstance(value, int) else {"stringValue": value}}
+                    for key, value in span.attributes.items()
+                ],
             }
         )
     return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": out}]}]}) + "\n"
