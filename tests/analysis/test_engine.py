@@ -21,7 +21,7 @@ def _table(trace, backend):
 
 @pytest.fixture(name="report")
 def _report(trace, backend):
-    return analyse(_table(trace, backend), top=3)
+    return analyse(_table(trace, backend), top=5)
 
 
 def _op(report, name, kind="brick"):
@@ -45,9 +45,9 @@ class TestOperations:
         assert gemm.bytes == 9_000_000 and gemm.bytes_per_second == pytest.approx(9e6 / 1500e-6)
 
     def test_nested_brick_self_time(self, report):
-        """ffn [1400,1700) holds gemm [1400,1500): total 300 us, self 200 us."""
+        """ffn [1400,1700) holds gemm [1400,1500): total 300 us, self 200 us; its distribution is of self time."""
         ffn = _op(report, "ffn")
-        assert (ffn.count, ffn.total_ns, ffn.self_ns, ffn.p50_ns) == (1, 300 * US, 200 * US, 300 * US)
+        assert (ffn.count, ffn.total_ns, ffn.self_ns, ffn.p50_ns, ffn.max_ns) == (1, 300 * US, 200 * US, 200 * US, 200 * US)
         assert ffn.share == pytest.approx(200 / 2450)
 
     def test_all_reduce_and_order(self, report):
@@ -74,11 +74,14 @@ class TestOperations:
 
 class TestInstances:
     def test_slowest_with_where_they_ran(self, report):
-        """The three longest bricks: the warm-up gemm, rank 1's all_reduce, the ffn."""
-        assert [(i.name, i.duration_ns, i.step, i.rank, i.device, i.span_id) for i in report.slowest] == [
-            ("gemm", 900 * US, 0, "0", "gpu 0", f"{2:016x}"),
-            ("all_reduce", 350 * US, 0, "1", "gpu 1", f"{13:016x}"),
-            ("ffn", 300 * US, 2, "0", "gpu 0", f"{9:016x}"),
+        """By self time: the warm-up gemm, rank 1's all_reduce, then three 200 us bricks by start time
+        (rank 0's all-reduces at 800 and 1050 us, the ffn, whose 300 us hold a 100 us gemm)."""
+        assert [(i.name, i.self_ns, i.duration_ns, i.step, i.rank, i.device, i.span_id) for i in report.slowest] == [
+            ("gemm", 900 * US, 900 * US, 0, "0", "gpu 0", f"{2:016x}"),
+            ("all_reduce", 350 * US, 350 * US, 0, "1", "gpu 1", f"{13:016x}"),
+            ("all_reduce", 200 * US, 200 * US, 0, "0", "gpu 0", f"{3:016x}"),
+            ("all_reduce", 200 * US, 200 * US, 1, "0", "gpu 0", f"{6:016x}"),
+            ("ffn", 200 * US, 300 * US, 2, "0", "gpu 0", f"{9:016x}"),
         ]
         assert report.slowest[0].stream == "gpu 0 stream 0x7"
 

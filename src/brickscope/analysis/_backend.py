@@ -92,6 +92,10 @@ class PythonBackend:
     def column(self, values: Sequence[Any], dtype: str) -> Any:
         return array.array(_TYPECODES[dtype], values)
 
+    def from_array(self, values: array.array, dtype: str, *, copy: bool) -> Any:
+        """A column from an ``array.array`` of the dtype's typecode (shared unless ``copy``)."""
+        return array.array(values.typecode, values) if copy else values
+
     def full(self, size: int, value: Any, dtype: str) -> Any:
         return array.array(_TYPECODES[dtype], [value]) * size
 
@@ -196,9 +200,11 @@ class PythonBackend:
 
     # --- selecting rows -------------------------------------------------------------
 
-    def top_k(self, values: Any, k: int) -> list[int]:
-        """Rows of the k largest values, largest first; ties by row order."""
-        return [row for _, row in heapq.nsmallest(k, ((-v, row) for row, v in enumerate(values)))]
+    def top_k(self, values: Any, k: int, ties: tuple[Any, ...] = ()) -> list[int]:
+        """Rows of the k largest values, largest first; ties by the ``ties`` columns
+        (ascending, in order), then by row."""
+        keys = ((-v, *(column[row] for column in ties), row) for row, v in enumerate(values))
+        return [key[-1] for key in heapq.nsmallest(k, keys)]
 
     def rows_above(self, codes: Any, values: Any, thresholds: Sequence[float]) -> list[int]:
         """Rows whose value exceeds its group's threshold (math.inf: never)."""

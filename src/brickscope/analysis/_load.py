@@ -84,7 +84,7 @@ def load(
             raise AnalysisError(f"{path}: no spans in this file")
         builder.sources.append(path)
         before += size
-    table = builder.build()
+    table = builder.build(release=True)
     _require_work(table, files[0] if len(files) == 1 else f"{len(files)} files")
     return table
 

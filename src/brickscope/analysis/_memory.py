@@ -35,7 +35,7 @@ def memory(table: Table) -> Memory:
         key=lambda m: (m.kind != "brick", -m.bytes, m.name),
     )
     counted = "brick" if per_kind["brick"] else "kernel"
-    peak_rows = be.top_k(carrying["bytes"], 1)
+    peak_rows = be.top_k(carrying["bytes"], 1, (carrying["start"], carrying["span_id"]))
     peak = instance(carrying, peak_rows[0]) if peak_rows else None
     return Memory(
         total_bytes=per_kind[counted],

@@ -21,10 +21,10 @@ class OperationStats:
     kind: str
     category: str
     count: int
-    total_ns: int  # sum of durations
+    total_ns: int  # sum of durations (inclusive of nested bricks)
     self_ns: int  # sum of self times (bricks: nested bricks excluded)
     share: float  # self_ns over the self time of all operations of this kind
-    mean_ns: float
+    mean_ns: float  # this and the percentiles below: of the instances' self times
     p50_ns: int
     p90_ns: int
     p99_ns: int
@@ -43,6 +43,7 @@ class Instance:
     name: str
     kind: str
     duration_ns: int
+    self_ns: int
     start_ns: int
     step: int | None
     layer: int | None

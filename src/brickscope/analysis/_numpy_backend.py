@@ -29,6 +29,10 @@ class NumpyBackend:
     def column(self, values: Sequence[Any], dtype: str) -> Any:
         return np.asarray(values, dtype=_DTYPES[dtype])
 
+    def from_array(self, values: Any, dtype: str, *, copy: bool) -> Any:
+        column = np.frombuffer(values, dtype=_DTYPES[dtype]) if len(values) else np.empty(0, _DTYPES[dtype])
+        return column.copy() if copy else column
+
     def full(self, size: int, value: Any, dtype: str) -> Any:
         return np.full(size, value, dtype=_DTYPES[dtype])
 
@@ -128,19 +132,17 @@ class NumpyBackend:
             return key & ((1 << _VALUE_BITS) - 1), offsets
         return values[np.lexsort((values, codes))], offsets
 
-    def top_k(self, values: Any, k: int) -> list[int]:
+    def top_k(self, values: Any, k: int, ties: tuple[Any, ...] = ()) -> list[int]:
         n = values.shape[0]
         if k <= 0 or not n:
             return []
-        if k < n:
+        if k < n:  # only rows at or above the k-th largest value can be in the answer
             threshold = np.partition(values, n - k)[n - k]
-            above = np.flatnonzero(values > threshold)
-            equal = np.flatnonzero(values == threshold)[: k - above.shape[0]]
-            rows = np.concatenate((above, equal))
+            rows = np.flatnonzero(values >= threshold)
         else:
             rows = np.arange(n)
-        rows = rows[np.lexsort((rows, -values[rows].astype(np.float64)))]
-        return rows.tolist()
+        keys = [rows] + [column[rows] for column in reversed(ties)] + [-values[rows].astype(np.float64)]
+        return rows[np.lexsort(keys)][:k].tolist()
 
     def rows_above(self, codes: Any, values: Any, thresholds: Sequence[float]) -> list[int]:
         limits = np.asarray(thresholds, dtype=np.float64)

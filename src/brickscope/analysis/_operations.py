@@ -1,20 +1,22 @@
 # SPDX-License-Identifier: Apache-2.0
 """Per-operation and per-category statistics, the slowest instances, outliers.
 
-Definitions (``docs/analysis.md`` has the formulas): durations are ``end - start``
-of each span on its own clock; percentiles are exact, nearest-rank
-(:func:`~brickscope.analysis._backend.nearest_rank`); shares and rates use self
-time, so nested bricks are never counted twice.
+Definitions (``docs/analysis.md`` has the formulas): an instance's time is its
+self time (a brick's duration minus the bricks nested in it; a kernel's
+duration), so nested bricks are never counted twice; ``total_ns`` also gives the
+inclusive sum of durations. Percentiles are exact, nearest-rank
+(:func:`~brickscope.analysis._backend.nearest_rank`).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from brickscope.analysis._backend import nearest_rank
 from brickscope.analysis._model import Instance, OperationStats, Outlier
-from brickscope.analysis._table import KIND_BRICK, KIND_KERNEL, KINDS, Table
+from brickscope.analysis._table import KIND_BRICK, KIND_KERNEL, Table
 
 PERCENTILES = (0.5, 0.9, 0.99)
 #: An instance is an outlier when its duration exceeds this many times its
@@ -43,18 +45,20 @@ def categories(table: Table) -> tuple[OperationStats, ...]:
 
 
 def slowest(table: Table, top: int) -> tuple[Instance, ...]:
-    """The ``top`` longest brick instances (by duration), longest first."""
+    """The ``top`` brick instances with the most self time; ties by start time, then span id."""
     be = table.backend
     bricks = table.select(be.mask_in(table["kind"], (KIND_BRICK,)))
-    return tuple(instance(bricks, row) for row in be.top_k(bricks["duration"], top))
+    rows = be.top_k(bricks["self"], top, (bricks["start"], bricks["span_id"]))
+    return tuple(instance(bricks, row) for row in rows)
 
 
 def outliers(table: Table, top: int) -> tuple[Outlier, ...]:
-    """Brick and kernel instances above OUTLIER_FACTOR x their operation's median, worst ratio first."""
+    """Brick and kernel instances whose self time is above OUTLIER_FACTOR x their operation's
+    median, worst ratio first."""
     be = table.backend
     work = table.select(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL)))
     groups = len(table.operations)
-    codes, durations = work["op"], work["duration"]
+    codes, durations = work["op"], work["self"]
     counts = be.group_count(codes, groups)
     ordered, offsets = be.sorted_within_groups(codes, groups, durations)
     medians = _pick(be, ordered, offsets, counts, 0.5)
@@ -66,7 +70,7 @@ def outliers(table: Table, top: int) -> tuple[Outlier, ...]:
         median = medians[be.item(codes, row)]
         duration = be.item(durations, row)
         found.append(Outlier(instance(work, row), median, duration / median if median else math.inf))
-    found.sort(key=lambda o: (-o.ratio, -o.instance.duration_ns, o.instance.start_ns))
+    found.sort(key=lambda o: (-o.ratio, -o.instance.self_ns, o.instance.start_ns, o.instance.span_id))
     return tuple(found[:top])
 
 
@@ -80,6 +84,7 @@ def instance(table: Table, row: int) -> Instance:
         name=operation.name,
         kind=operation.kind,
         duration_ns=be.item(table["duration"], row),
+        self_ns=be.item(table["self"], row),
         start_ns=be.item(table["start"], row),
         step=step if step >= 0 else None,
         layer=layer if layer >= 0 else None,
@@ -99,7 +104,7 @@ def _group_stats(table: Table, codes: Any, names: list[tuple[str, str, str]], ro
     self_ns = be.group_sum(codes, groups, rows["self"])
     elements = be.group_sum(codes, groups, rows["elements"])
     nbytes = be.group_sum(codes, groups, rows["bytes"])
-    ordered, offsets = be.sorted_within_groups(codes, groups, rows["duration"])
+    ordered, offsets = be.sorted_within_groups(codes, groups, rows["self"])
     p50, p90, p99 = (_pick(be, ordered, offsets, count, q) for q in PERCENTILES)
     lowest = _pick(be, ordered, offsets, count, 0.0)
     highest = _pick(be, ordered, offsets, count, 1.0)
@@ -111,7 +116,7 @@ def _group_stats(table: Table, codes: Any, names: list[tuple[str, str, str]], ro
         out.append(
             OperationStats(
                 name=name, kind=kind, category=category, count=count[g], total_ns=total[g],
-                self_ns=self_ns[g], share=0.0, mean_ns=total[g] / count[g],
+                self_ns=self_ns[g], share=0.0, mean_ns=self_ns[g] / count[g],
                 p50_ns=p50[g], p90_ns=p90[g], p99_ns=p99[g], min_ns=lowest[g], max_ns=highest[g],
                 elements=elements[g], elements_per_second=elements[g] / seconds if seconds and elements[g] else 0.0,
                 bytes=nbytes[g], bytes_per_second=nbytes[g] / seconds if seconds and nbytes[g] else 0.0,
@@ -121,8 +126,6 @@ def _group_stats(table: Table, codes: Any, names: list[tuple[str, str, str]], ro
 
 
 def _with_shares(stats: list[OperationStats]) -> list[OperationStats]:
-    from dataclasses import replace
-
     whole = sum(s.self_ns for s in stats)
     shared = [replace(s, share=s.self_ns / whole if whole else 0.0) for s in stats]
     shared.sort(key=lambda s: (-s.self_ns, s.name))
@@ -134,6 +137,3 @@ def _pick(be: Any, ordered: Any, offsets: list[int], counts: list[int], fraction
     rows = [offsets[g] + nearest_rank(c, fraction) for g, c in enumerate(counts) if c]
     values = iter(be.take(ordered, rows)) if rows else iter(())
     return [next(values) if c else 0 for c in counts]
-
-
-

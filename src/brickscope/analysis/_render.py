@@ -108,7 +108,12 @@ class _Writer:
     def operations(self, report: Report) -> list[str]:
         header = ("count", "self ms", "share", "total ms", "mean us", "p50 us", "p90 us", "p99 us", "max us", "elem/s", "GB/s")
         lines = []
-        for kind, title, named in (("brick", "Bricks by self time", True), ("kernel", "Kernels by time", False)):
+        brick_ns = sum(s.self_ns for s in report.operations if s.kind == "brick")
+        clocks = ", ".join(report.clocks) or "none"
+        for kind, title, named in (
+            ("brick", f"Self time by brick (clock: {clocks}, total {_ms(brick_ns)} ms)", True),
+            ("kernel", "Time by kernel", False),
+        ):
             rows = [s for s in report.operations if s.kind == kind]
             if rows:
                 lines += self.title(title)
@@ -118,7 +123,7 @@ class _Writer:
                     2,
                 )
         if report.categories:
-            lines += self.title("Categories by self time")
+            lines += self.title("Self time by category")
             lines += self.table(
                 ("category",) + header, [(self.name(s.name),) + self.figures(s) for s in report.categories], 1
             )
@@ -137,19 +142,19 @@ class _Writer:
         )
 
     def instances(self, report: Report) -> list[str]:
-        lines = self.title(f"Slowest {len(report.slowest)} brick instances")
+        lines = self.title(f"Slowest {len(report.slowest)} brick instances (self time)")
         lines += self.table(
-            ("brick", "us", "step", "layer", "rank", "device", "stream", "span"),
-            [(self.name(i.name), _us(i.duration_ns)) + self.where(i) for i in report.slowest],
+            ("brick", "self us", "step", "layer", "rank", "device", "stream", "span"),
+            [(self.name(i.name), _us(i.self_ns)) + self.where(i) for i in report.slowest],
             1,
         )
-        lines += self.title(f"Outliers (over {OUTLIER_FACTOR:g}x their operation's median)")
+        lines += self.title(f"Outliers (self time over {OUTLIER_FACTOR:g}x their operation's median)")
         if not report.outliers:
             return lines + self.note("none")
         return lines + self.table(
-            ("name", "kind", "us", "median us", "x", "step", "layer", "rank", "device", "stream", "span"),
+            ("name", "kind", "self us", "median us", "x", "step", "layer", "rank", "device", "stream", "span"),
             [
-                (self.name(o.instance.name), o.instance.kind, _us(o.instance.duration_ns), _us(o.median_ns), f"{o.ratio:.1f}")
+                (self.name(o.instance.name), o.instance.kind, _us(o.instance.self_ns), _us(o.median_ns), f"{o.ratio:.1f}")
                 + self.where(o.instance)
                 for o in report.outliers
             ],

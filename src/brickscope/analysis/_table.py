@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import array
 import re
 import threading
 from dataclasses import dataclass, field
@@ -80,7 +81,8 @@ DTYPE_BYTES = {
     "complex128": 16,
 }
 
-_BATCH_ROWS = 1 << 16
+_BATCH_ROWS = 1 << 14
+_TYPECODES = {"int64": "q", "uint64": "Q", "float64": "d"}
 
 
 def is_communication(name: str, category: str) -> bool:
@@ -178,7 +180,9 @@ class TableBuilder:
         self.dropped = 0
         self._lock = threading.Lock()
         self._pending: list[tuple[Any, ...]] = []
-        self._chunks: list[dict[str, Any]] = []
+        # one growing array.array per column: compact (8 bytes a value), and numpy can
+        # adopt it without a copy
+        self._columns = [array.array(_TYPECODES[dtype]) for dtype in COLUMNS.values()]
         self._op_codes: dict[tuple[int, str, str, str | None], int] = {}
         self._operation_codes: dict[Operation, int] = {}
         self._operations: list[Operation] = []
@@ -210,14 +214,23 @@ class TableBuilder:
         for span in spans:
             self.add(span)
 
-    def build(self) -> Table:
-        """The table of every span added so far (the builder can go on adding)."""
+    def build(self, *, release: bool = False) -> Table:
+        """The table of every span added so far.
+
+        Args:
+            release: hand the columns over without a copy; the builder is then
+                empty (a loader's last call). Otherwise they are copied and the
+                builder can go on adding (a live session).
+        """
         with self._lock:
             self._flush()
             be = self.backend
             columns = {
-                name: be.concat([chunk[name] for chunk in self._chunks], dtype) for name, dtype in COLUMNS.items()
+                name: be.from_array(column, dtype, copy=not release)
+                for (name, dtype), column in zip(COLUMNS.items(), self._columns)
             }
+            if release:
+                self._columns = [array.array(_TYPECODES[dtype]) for dtype in COLUMNS.values()]
             columns["duration"] = be.subtract(columns["end"], columns["start"])
             columns["parent"] = be.index_of(columns["span_id"], columns["parent_id"])
             comm = [op.communication for op in self._operations]
@@ -231,9 +244,8 @@ class TableBuilder:
     def _flush(self) -> None:
         if not self._pending:
             return
-        be = self.backend
-        transposed = list(zip(*self._pending))
-        self._chunks.append({name: be.column(values, dtype) for (name, dtype), values in zip(COLUMNS.items(), transposed)})
+        for column, values in zip(self._columns, zip(*self._pending)):
+            column.extend(values)
         self._pending = []
 
     def _row(self, span: Any, attrs: Any) -> tuple[Any, ...]:
