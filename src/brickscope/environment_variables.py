@@ -16,3 +16,7 @@ BRICKSCOPE_CLOCK = "BRICKSCOPE_CLOCK"
 
 #: Ended scopes kept before a forced sync (default 16384).
 BRICKSCOPE_MAX_PENDING = "BRICKSCOPE_MAX_PENDING"
+
+#: Spans a session keeps for ``session.report()`` (default 262144, about 40 MB); later
+#: spans are counted (``session.aggregator.dropped``) and named in the report, not kept.
+BRICKSCOPE_REPORT_MAX_SPANS = "BRICKSCOPE_REPORT_MAX_SPANS"

@@ -104,9 +104,10 @@ class TestCategoryAggregator:
             with bs.brick("lm_head", elements=10):
                 time.sleep(0.001)
             report = json.loads(captured.session.report("json"))
-        rows = {row["name"]: row for row in report["bricks"]}
-        assert rows["embedding"]["elements_per_second"] == pytest.approx(1000 / (rows["embedding"]["total_ns"] / 1e9))
-        assert sum(row["share"] for row in report["bricks"]) == pytest.approx(1.0)
+        bricks = [row for row in report["operations"] if row["kind"] == "brick"]
+        rows = {row["name"]: row for row in bricks}
+        assert rows["embedding"]["elements_per_second"] == pytest.approx(1000 / (rows["embedding"]["self_ns"] / 1e9))
+        assert sum(row["share"] for row in bricks) == pytest.approx(1.0)
         assert {row["name"] for row in report["categories"]} == {"embedding"}
         assert report["clocks"] == ["host"]
 
@@ -150,7 +151,7 @@ class TestReport:
         for name in ("rms_norm", "attention_score", "norm", "attention"):
             assert name in text
             assert f"| {name} |" in markdown
-        assert {row["name"] for row in data["bricks"]} == {"rms_norm", "attention_score"}
+        assert {row["name"] for row in data["operations"] if row["kind"] == "brick"} == {"rms_norm", "attention_score"}
         assert {row["name"] for row in data["categories"]} == {"norm", "attention"}
 
     def test_unknown_format_is_an_error(self):

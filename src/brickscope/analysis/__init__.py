@@ -19,23 +19,33 @@ each figure.
 .. versionadded:: 0.2.0
 """
 
-from brickscope.analysis._backend import get_backend
-from brickscope.analysis._engine import analyse
-from brickscope.analysis._load import AnalysisError, load
-from brickscope.analysis._model import Report
-from brickscope.analysis._peaks import Peak
-from brickscope.analysis._render import FORMATS, render, to_json
-from brickscope.analysis._table import Table
+from __future__ import annotations
 
-__all__ = [
-    "FORMATS",
-    "AnalysisError",
-    "Peak",
-    "Report",
-    "Table",
-    "analyse",
-    "get_backend",
-    "load",
-    "render",
-    "to_json",
-]
+import importlib
+from typing import Any
+
+# name -> module. Imported on first use (PEP 562): the core imports this package for
+# the live session's table at ``import brickscope``, which must stay cheap.
+_EXPORTS = {
+    "FORMATS": "_render",
+    "AnalysisError": "_load",
+    "Peak": "_peaks",
+    "Report": "_model",
+    "Table": "_table",
+    "analyse": "_engine",
+    "get_backend": "_backend",
+    "load": "_load",
+    "render": "_render",
+    "to_json": "_render",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

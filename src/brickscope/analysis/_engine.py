@@ -64,7 +64,8 @@ def analyse(
     operations = _operations.operations(table)
     device_lanes = _placement.devices(table)
     rank_lanes = _placement.ranks(table)
-    clock_counts = be.group_count(table["clock"], len(CLOCKS))
+    bricks = be.mask_in(table["kind"], (KIND_BRICK,))
+    clock_counts = be.group_count(be.compress(table["clock"], bricks), len(CLOCKS))
     return Report(
         sources=tuple(table.sources),
         spans=table.rows,

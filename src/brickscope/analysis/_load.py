@@ -51,20 +51,26 @@ def load(
         AnalysisError: an input is missing, unreadable, empty, not a brickscope
             trace, truncated or corrupt; or no input holds a brick or kernel span.
     """
+    from brickscope._config import Session  # the core imports this package: not at import time
+
     if not inputs:
         raise AnalysisError("brickscope: nothing to analyse (no input given)")
     engine = get_backend(backend)
     files: list[str] = []
     sessions = []
     for item in inputs:
-        if hasattr(item, "analysis_table"):
+        if isinstance(item, Session):
             sessions.append(item)
         else:
             files.extend(_expand(os.fspath(item)))
     if sessions and files or len(sessions) > 1:
         raise AnalysisError("brickscope: a live session is analysed on its own, not mixed with other inputs")
     if sessions:
-        table = sessions[0].analysis_table(engine)
+        session = sessions[0]
+        if session.aggregator is None:
+            raise AnalysisError("brickscope: this session was configured with aggregate=False: it keeps no spans")
+        session.sync()
+        table = session.aggregator.table(engine.name)
         _require_work(table, "the live session")
         return table
     builder = TableBuilder(engine)

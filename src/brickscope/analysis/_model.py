@@ -181,7 +181,7 @@ class Report:
     sources: tuple[str, ...]
     spans: int  # rows analysed (after filters)
     dropped: int  # spans a bound left out (live sessions)
-    clocks: tuple[str, ...]
+    clocks: tuple[str, ...]  # clocks that timed the bricks
     filters: dict[str, str]
     operations: tuple[OperationStats, ...]  # bricks, then kernels, each by self time
     categories: tuple[OperationStats, ...]

@@ -18,7 +18,9 @@ from brickscope.analysis._operations import OUTLIER_FACTOR
 
 FORMATS = ("text", "markdown", "json")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
+# Markdown's markup; "_" only where it could open or close emphasis (not inside a word,
+# so rms_norm stays readable in the raw text).
+_MARKDOWN = re.compile(r"([\\`*{}\[\]<>()#+!|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
 
 
 def render(report: Report, format: str = "text") -> str:  # noqa: A002 - the CLI's word

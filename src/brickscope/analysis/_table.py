@@ -168,12 +168,12 @@ class TableBuilder:
     """Turns spans into table rows, a batch at a time. Thread-safe.
 
     Args:
-        backend: from :func:`brickscope.analysis._backend.get_backend`.
+        backend: the backend of the tables built (default: chosen at :meth:`build`).
         max_rows: spans beyond this many are counted in ``dropped``, not kept
             (None: no bound). A live session's report uses a bound.
     """
 
-    def __init__(self, backend: Any, max_rows: int | None = None) -> None:
+    def __init__(self, backend: Any = None, max_rows: int | None = None) -> None:
         self.backend = backend
         self.max_rows = max_rows
         self.rows = 0
@@ -214,17 +214,22 @@ class TableBuilder:
         for span in spans:
             self.add(span)
 
-    def build(self, *, release: bool = False) -> Table:
+    def build(self, *, release: bool = False, backend: Any = None) -> Table:
         """The table of every span added so far.
 
         Args:
+            backend: the table's backend (default: the builder's, else numpy when installed).
             release: hand the columns over without a copy; the builder is then
                 empty (a loader's last call). Otherwise they are copied and the
                 builder can go on adding (a live session).
         """
+        be = backend or self.backend
+        if be is None:
+            from brickscope.analysis._backend import get_backend
+
+            be = get_backend()
         with self._lock:
             self._flush()
-            be = self.backend
             columns = {
                 name: be.from_array(column, dtype, copy=not release)
                 for (name, dtype), column in zip(COLUMNS.items(), self._columns)

@@ -1,15 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
-"""CategoryAggregator: per-brick and per-category totals from ended brick spans.
+"""CategoryAggregator: the live session's analysis table, and per-brick OTel metrics.
 
-A span processor like any other: add it to a TracerProvider and it aggregates
-every brick span that reaches it. Times are **self time**: a brick's duration
-minus the durations of bricks nested inside it (on the same clock), so nested
-bricks are never counted twice and the per-category
-totals add up to the time covered by bricks. Kernels are part of their brick's
-work and are not subtracted. The recorder computes self time when it resolves a
-brick (``brickscope.brick.self_duration_ns``); spans without it count whole. The same numbers go to OTel metrics: a duration
-histogram and an elements counter, labelled by brick and category only (kernel
-names would explode metric cardinality).
+A span processor like any other: add it to a TracerProvider and every span that
+reaches it becomes a row of a :class:`brickscope.analysis.Table` (bounded: spans
+beyond ``max_spans`` are counted, not kept), so ``report()`` is the same
+analysis ``brickscope report`` makes of a trace file, and the per-brick and
+per-category figures (:attr:`bricks`, :attr:`categories`) are views of it, not
+a second aggregation. Times are **self time**: a brick's duration minus the
+durations of bricks nested inside it, so nothing is counted twice. Brick spans
+also go to OTel metrics: a duration histogram and an elements counter, labelled
+by brick and category only (kernel names would explode metric cardinality).
 
 Example::
 
@@ -22,7 +22,7 @@ Example::
 from __future__ import annotations
 
 import logging
-import threading
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,10 @@ from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import NonRecordingSpan
 
+from brickscope import environment_variables as env
 from brickscope._otel_context import EMPTY_CONTEXT, with_span
+from brickscope.analysis._backend import PythonBackend, get_backend
+from brickscope.analysis._table import Table, TableBuilder
 from brickscope.trace import attributes as A
 from brickscope.trace.attributes import (
     BRICK_CATEGORY,
@@ -51,6 +54,21 @@ logger = logging.getLogger(__name__)
 #: Histogram boundaries, seconds: 1 us to 10 s in 1-2.5-5 steps. The SDK's defaults
 #: (0 to 10000) assume milliseconds and would put every brick in the first bucket.
 DURATION_BUCKETS_S = tuple(float(f"{m}e{e}") for e in range(-6, 1) for m in (1, 2.5, 5)) + (10.0,)
+
+
+#: Spans a session keeps for its report by default: about 40 MB of columns
+#: (19 values of 8 bytes a span, plus a batch of rows being built).
+DEFAULT_MAX_SPANS = 262_144
+
+
+def _max_spans() -> int:
+    raw = os.environ.get(env.BRICKSCOPE_REPORT_MAX_SPANS, "").strip()
+    if not raw:
+        return DEFAULT_MAX_SPANS
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"brickscope: {env.BRICKSCOPE_REPORT_MAX_SPANS}={raw!r} is not an int") from None
 
 
 @dataclass
@@ -81,11 +99,16 @@ class CategoryAggregator(SpanProcessor):
     Args:
         meter_provider: where the metrics go; default: the global MeterProvider
             (a no-op until the application configures one).
+        max_spans: spans kept for the report; later ones are counted in
+            :attr:`dropped` (metrics still see them). Default
+            ``BRICKSCOPE_REPORT_MAX_SPANS``, else :data:`DEFAULT_MAX_SPANS`.
 
     .. versionadded:: 0.1.0
     """
 
-    def __init__(self, meter_provider: otel_metrics.MeterProvider | None = None) -> None:
+    def __init__(
+        self, meter_provider: otel_metrics.MeterProvider | None = None, max_spans: int | None = None
+    ) -> None:
         meter_provider = meter_provider or otel_metrics.get_meter_provider()
         meter = meter_provider.get_meter("brickscope", __version__)
         # Exemplars cost a context per span; only an SDK MeterProvider can keep them.
@@ -99,12 +122,12 @@ class CategoryAggregator(SpanProcessor):
         self._elements = meter.create_counter(
             A.METRIC_BRICK_ELEMENTS, unit="{element}", description="Elements processed by a brick."
         )
-        self._lock = threading.Lock()
-        # (brick, category) -> (its Stat, its metric labels): one lookup per span
-        self._entries: dict[tuple[str, str], tuple[Stat, dict[str, str]]] = {}
-        self.bricks: dict[str, Stat] = {}
-        self.brick_category: dict[str, str] = {}
-        self.clocks: set[str] = set()
+        self.max_spans = _max_spans() if max_spans is None else max_spans
+        if self.max_spans < 0:
+            raise ValueError(f"brickscope: max_spans must be >= 0, got {self.max_spans}")
+        self._rows = TableBuilder(max_rows=self.max_spans)
+        # (brick, category) -> metric labels: one lookup per span
+        self._labels: dict[tuple[str, str], dict[str, str]] = {}
         self.errors = 0
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
@@ -117,6 +140,7 @@ class CategoryAggregator(SpanProcessor):
     def fold(self, span: ReadableSpan, attributes: Any) -> None:
         """Fold a span whose attributes the caller already holds (on_end's work). Never raises."""
         try:
+            self._rows.add(span, attributes)
             if not attributes or attributes.get(SCOPE_KIND) != SCOPE_KIND_BRICK:
                 return
             name = attributes.get(BRICK_NAME, span.name)
@@ -125,21 +149,9 @@ class CategoryAggregator(SpanProcessor):
             if self_ns is None:  # not resolved by brickscope: no nesting information
                 self_ns = span.end_time - span.start_time
             elements = attributes.get(BRICK_ELEMENTS, 0)
-            clock = attributes.get(CLOCK, CLOCK_HOST)
-            with self._lock:
-                entry = self._entries.get((name, category))
-                if entry is None:
-                    entry = self._new_entry(name, category)
-                stat, labels = entry
-                if stat.count == 0 or self_ns < stat.min_ns:
-                    stat.min_ns = self_ns
-                if self_ns > stat.max_ns:
-                    stat.max_ns = self_ns
-                stat.count += 1
-                stat.total_ns += self_ns
-                stat.elements += elements
-                if clock not in self.clocks:
-                    self.clocks.add(clock)
+            labels = self._labels.get((name, category))
+            if labels is None:
+                labels = self._labels[(name, category)] = {BRICK_NAME: name, BRICK_CATEGORY: category}
             # The context the SDK reads exemplars from: this span as the current one.
             context = with_span(EMPTY_CONTEXT, NonRecordingSpan(span.context)) if self._exemplars else None
             self._duration.record(self_ns / 1e9, labels, context=context)
@@ -150,47 +162,78 @@ class CategoryAggregator(SpanProcessor):
             if self.errors == 1:
                 logger.exception("brickscope: CategoryAggregator could not fold a span")
 
-    def _new_entry(self, name: str, category: str) -> tuple[Stat, dict[str, str]]:
-        """The Stat and metric labels of a brick seen for the first time (lock held)."""
-        stat = self.bricks.get(name)
-        if stat is None:
-            stat = self.bricks[name] = Stat()
-            self.brick_category[name] = category
-        entry = self._entries[(name, category)] = (stat, {BRICK_NAME: name, BRICK_CATEGORY: category})
-        return entry
+    @property
+    def dropped(self) -> int:
+        """Spans not kept for the report because ``max_spans`` were already kept."""
+        return self._rows.dropped
+
+    def table(self, backend: str | None = None) -> Table:
+        """The analysis table of the spans kept so far (a copy: folding goes on).
+
+        Args:
+            backend: ``"numpy"`` or ``"python"``; default numpy when installed.
+        """
+        return self._rows.build(backend=get_backend(backend))
+
+    @property
+    def bricks(self) -> dict[str, Stat]:
+        """Per-brick self-time aggregates: the engine's per-operation figures."""
+        return self._stats("brick")
 
     @property
     def categories(self) -> dict[str, Stat]:
-        """Per-category aggregates, summed from the bricks of each category."""
-        with self._lock:
-            categories: dict[str, Stat] = {}
-            for name, stat in self.bricks.items():
-                total = categories.setdefault(self.brick_category[name], Stat())
-                if stat.count:
-                    total.min_ns = stat.min_ns if not total.count else min(total.min_ns, stat.min_ns)
-                    total.max_ns = max(total.max_ns, stat.max_ns)
-                total.count += stat.count
-                total.total_ns += stat.total_ns
-                total.elements += stat.elements
-            return categories
+        """Per-category self-time aggregates: the engine's per-category figures."""
+        return self._stats("category")
+
+    @property
+    def brick_category(self) -> dict[str, str]:
+        """Each brick's category."""
+        return {s.name: s.category for s in self._operations("brick")}
+
+    @property
+    def clocks(self) -> set[str]:
+        """The clocks of the spans seen (``host``, ``cuda``)."""
+        from brickscope.analysis._table import CLOCKS
+
+        table = self._rows.build(backend=PythonBackend())
+        counts = table.backend.group_count(table["clock"], len(CLOCKS))
+        return {name for name, count in zip(CLOCKS, counts) if count}
 
     def total_ns(self) -> int:
         """Sum of all brick self times: the denominator of every share."""
         return sum(stat.total_ns for stat in self.bricks.values())
 
-    def report(self, format: str = "text") -> str:  # noqa: A002 - the natural name
-        """The aggregates as a ``"text"`` table, ``"markdown"`` or ``"json"``."""
-        from brickscope import _report
+    def report(self, format: str = "text", **options: Any) -> str:  # noqa: A002 - the natural name
+        """The analysis of the spans kept (as ``brickscope report`` prints it), as ``"text"``,
+        ``"markdown"`` or ``"json"``; ``options`` as :func:`brickscope.analysis.analyse`."""
+        from brickscope.analysis import analyse, render
 
-        return _report.render(self, format)
+        if format not in ("text", "markdown", "json"):
+            raise ValueError(f"brickscope: unknown report format {format!r}; expected one of ('text', 'markdown', 'json')")
+        return render(analyse(self.table(), **options), format)
 
     def reset(self) -> None:
-        """Forget everything aggregated so far."""
-        with self._lock:
-            self.bricks.clear()
-            self._entries.clear()
-            self.brick_category.clear()
-            self.clocks.clear()
+        """Forget everything kept so far."""
+        self._rows = TableBuilder(max_rows=self.max_spans)
+
+    def _operations(self, kind: str) -> list[Any]:
+        from brickscope.analysis import _operations
+
+        table = self.table()
+        return list(_operations.categories(table) if kind == "category" else _operations.operations(table))
+
+    def _stats(self, kind: str) -> dict[str, Stat]:
+        stats: dict[str, Stat] = {}
+        for op in self._operations(kind):
+            if op.kind != kind:
+                continue
+            stat = stats.setdefault(op.name, Stat())
+            stat.min_ns = op.min_ns if not stat.count else min(stat.min_ns, op.min_ns)
+            stat.max_ns = max(stat.max_ns, op.max_ns)
+            stat.count += op.count
+            stat.total_ns += op.self_ns
+            stat.elements += op.elements
+        return stats
 
     def shutdown(self) -> None:
         """Nothing to release."""
