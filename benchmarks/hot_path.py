@@ -9,7 +9,9 @@ sync point inside the loop;
 ``brick_full_pipeline`` adds resolution into spans and aggregation, exported to
 an in-memory exporter. ``brick_cuda`` (when the simulated driver or a GPU is
 there) is a brick timed with CUDA events, minus the driver's own
-``cuEventRecord`` time, which we measure separately.
+``cuEventRecord`` time, which we measure separately. ``torch_module_*`` (when torch is
+installed) are calls of an ``nn.Module`` with and without ``brickscope.torch.instrument``,
+and ``gpt_step_*`` a training step of examples/torch_gpt.py's model, instrumented or not.
 
 Usage::
 
@@ -148,7 +150,103 @@ def measure(iterations: int, repeats: int) -> dict[str, float]:
     results["brick_full_pipeline"] = per_op_ns(full_pipeline, iterations // 4, repeats)
     reset_globals()
     results.update(measure_cuda(iterations // 10, repeats))
+    results.update(measure_torch(iterations // 10, repeats))
     return results
+
+
+def measure_torch(iterations: int, repeats: int) -> dict[str, float]:
+    """brickscope.torch: what an instrumented module call costs beyond a bare brick.
+
+    ``torch_module_*`` are calls of a tiny module (``nn.Identity`` on a (4, 8) tensor)
+    inside an open layer, host clock: bare (not instrumented), instrumented
+    (``instrument(nvtx=False)``: the shipped path), instrumented with the NVTX mirror, with
+    brickscope disabled, and, for the record, the design not shipped: a forward pre-hook
+    plus an ``always_call`` forward hook doing the same enter/exit. Empty without torch.
+    """
+    try:
+        import torch
+        from torch import nn
+
+        import brickscope.torch as bt
+    except ImportError as exc:
+        print(f"torch cases skipped: {exc}", file=sys.stderr)
+        return {}
+    x = torch.zeros(4, 8)
+    module = nn.Identity()
+    session = bs.configure(TracerProvider(), clock="host", max_pending=1 << 22, max_delay_millis=1e9, aggregate=False)
+    pending = session.sync_processor._pending  # noqa: SLF001 - dropped per layer, as in `brick`
+
+    def calls(n: int) -> None:
+        for _ in range(n // 1000):
+            with bs.layer(0):
+                for _ in range(1000):
+                    module(x)
+            pending.clear()
+
+    results = {"torch_module_bare": per_op_ns(calls, iterations, repeats)}
+    with bt.instrument(module, bricks={nn.Identity: "identity"}, nvtx=False):
+        results["torch_module_instrumented"] = per_op_ns(calls, iterations, repeats)
+        bs.disable()
+        results["torch_module_disabled"] = per_op_ns(calls, iterations, repeats)
+        bs.enable()
+    try:
+        with bt.instrument(module, bricks={nn.Identity: "identity"}, nvtx=True):
+            results["torch_module_nvtx"] = per_op_ns(calls, iterations, repeats)
+    except ValueError as exc:  # no nvtx package
+        print(f"torch_module_nvtx skipped: {exc}", file=sys.stderr)
+    scope = bs.brick("identity")
+    tokens: list[Any] = []
+    pre = module.register_forward_pre_hook(lambda m, args: tokens.append(bs.enter_scope(scope)))
+    post = module.register_forward_hook(lambda m, args, out: bs.exit_scope(tokens.pop()), always_call=True)
+    results["torch_module_hooks"] = per_op_ns(calls, iterations, repeats)
+    pre.remove()
+    post.remove()
+    reset_globals()
+    results.update(measure_gpt_step())
+    return results
+
+
+def measure_gpt_step(steps: int = 40) -> dict[str, float]:
+    """A training step of examples/torch_gpt.py's model (forward, backward, AdamW, and the
+    step's end resolving its spans), ns per step: two identical models, one instrumented,
+    stepped alternately so that both see the same machine load; the median of each.
+    brickscope is on (host clock) for both."""
+    import importlib.util
+    import statistics
+    from pathlib import Path
+
+    import torch
+
+    import brickscope.torch as bt
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "torch_gpt.py"
+    spec = importlib.util.spec_from_file_location("torch_gpt", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    torch.set_num_threads(1)  # the other core is someone else's: less noise
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = example.GPT()
+        runs.append((model, torch.optim.AdamW(model.parameters(), lr=1e-3), []))
+    batch = next(example.batches(batch=8, context=32))
+    session = bs.configure(TracerProvider(), clock="host", aggregate=False)
+    with bt.instrument(runs[1][0], nvtx=False) as handle:
+        for step in range(steps + 3):
+            for model, optimizer, times in runs:
+                start = time.perf_counter_ns()
+                with bs.step(step):
+                    example.train_step(model, optimizer, *batch)
+                if step >= 3:  # the first steps warm up the allocator and AdamW's state
+                    times.append(time.perf_counter_ns() - start)
+    session.shutdown()
+    reset_globals()
+    return {
+        "gpt_step_bare": statistics.median(runs[0][2]),
+        "gpt_step_instrumented": statistics.median(runs[1][2]),
+        # every instrumented module of this model is called once per forward
+        "gpt_module_calls_per_step": float(len(handle.modules)),
+    }
 
 
 def measure_cuda(iterations: int, repeats: int) -> dict[str, float]:
@@ -198,7 +296,20 @@ TARGETS = (
     ("brick_disabled", "empty_with", 2.0, "brick_disabled <= 2x empty_with"),
     ("brick_full_pipeline", "otel_start_as_current_span", 1 / 3, "brick_full_pipeline <= 1/3 of otel_start_as_current_span"),
 )
-ABSOLUTE_TARGETS = (("brick_cuda", 1500, "brick_cuda <= 1.5 us (beyond the driver's two cuEventRecord calls)"),)
+ABSOLUTE_TARGETS = (
+    ("brick_cuda", 1500, "brick_cuda <= 1.5 us (beyond the driver's two cuEventRecord calls)"),
+    ("torch_module_beyond_brick", 2000, "torch_module_beyond_brick <= 2 us (an instrumented module call beyond a bare brick)"),
+)
+# Derived figures: (name, function of the results or None when its inputs are missing).
+DERIVED = (
+    (
+        "torch_module_beyond_brick",
+        lambda r: r["torch_module_instrumented"] - r["torch_module_bare"] - r["brick"],
+    ),
+    ("torch_module_disabled_extra", lambda r: r["torch_module_disabled"] - r["torch_module_bare"]),
+    ("torch_module_hooks_beyond_brick", lambda r: r["torch_module_hooks"] - r["torch_module_bare"] - r["brick"]),
+    ("gpt_step_overhead_percent", lambda r: 100 * (r["gpt_step_instrumented"] / r["gpt_step_bare"] - 1)),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -208,6 +319,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args(argv)
     results = measure(args.iterations, args.repeats)
+    for key, derive in DERIVED:
+        try:
+            results[key] = derive(results)
+        except KeyError:  # a case that could not run here (no torch, no simulator)
+            pass
     if args.json:
         print(json.dumps({key: round(value, 1) for key, value in results.items()}))
         return 0
