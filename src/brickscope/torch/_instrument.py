@@ -101,12 +101,16 @@ def instrument(
         stream_handle(stream)  # TypeError/ValueError now, not at the first call
     plan = make_plan(model, bricks, layers, skip, max_depth)
     for mapped in plan:
-        if hasattr(type(mapped.module), "_brickscope_original_class"):
+        if is_instrumented(mapped.module):
             raise ValueError(
                 f"brickscope.torch: module {mapped.path or type(mapped.module).__name__!r} is already "
                 "instrumented; remove() the first instrumentation before instrumenting again"
             )
-    domain = _nvtx.load_domain(nvtx)
+    return apply_plan(plan, stream, _nvtx.load_domain(nvtx))
+
+
+def apply_plan(plan: list[Mapped], stream: Any, domain: Any) -> Instrumentation:
+    """Give each planned module its instrumented class (arguments already checked)."""
     swapped: list[tuple[nn.Module, type, type]] = []
     for mapped in plan:
         original = type(mapped.module)
@@ -115,3 +119,8 @@ def instrument(
         mapped.module.__class__ = cls
         swapped.append((mapped.module, original, cls))
     return Instrumentation(tuple(plan), swapped)
+
+
+def is_instrumented(module: nn.Module) -> bool:
+    """Whether ``module`` currently has an instrumented class."""
+    return hasattr(type(module), "_brickscope_original_class")

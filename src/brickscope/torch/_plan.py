@@ -155,8 +155,8 @@ def _map(
                 return None
             name, category = target
             return Mapped(path, "brick", name, category, layer_index, module)
-    if not path:
-        return Mapped(path, "brick", _class_name(module), "other", None, module)
+    if not path:  # the model itself: named after its class
+        return Mapped(path, "brick", _class_name(module), default_category(module) or "other", None, module)
     category = default_category(module)
     if category is None:
         return None
