@@ -11,9 +11,14 @@ from torch import nn
 
 from brickscope._gpu._streams import stream_handle
 from brickscope.torch import _calls, _nvtx
+from brickscope.torch._backward import BackwardBricks
 from brickscope.torch._plan import BrickTarget, Mapped, make_plan
 
 logger = logging.getLogger(__name__)
+
+# Modules whose inputs are indices: no gradient flows into them, so torch would call their
+# backward hook as soon as their backward starts (docs/torch.md); no backward brick.
+_INDEX_INPUTS = (nn.Embedding, nn.EmbeddingBag)
 
 
 class Instrumentation:
@@ -27,9 +32,12 @@ class Instrumentation:
     .. versionadded:: 0.2.0
     """
 
-    def __init__(self, modules: tuple[Mapped, ...], swapped: list[tuple[nn.Module, type, type]]) -> None:
+    def __init__(
+        self, modules: tuple[Mapped, ...], swapped: list[tuple[nn.Module, type, type]], backward: BackwardBricks | None
+    ) -> None:
         self.modules = modules
         self._swapped = swapped
+        self._backward = backward
 
     def remove(self) -> None:
         """Give every instrumented module its own class back. Idempotent.
@@ -38,6 +46,9 @@ class Instrumentation:
         registered on it while instrumented) is left as it is, with one warning.
         """
         swapped, self._swapped = self._swapped, []
+        if self._backward is not None:
+            self._backward.remove()
+            self._backward = None
         for module, original, instrumented in swapped:
             if type(module) is instrumented:
                 module.__class__ = original
@@ -67,6 +78,7 @@ def instrument(
     max_depth: int | None = None,
     stream: Any = "current",
     nvtx: Any = "auto",
+    backward: bool = False,
 ) -> Instrumentation:
     """Make each mapped module call of ``model`` a brick (or a layer), without editing it.
 
@@ -88,6 +100,8 @@ def instrument(
             starts), None (the enclosing scope's) or a stream object for every brick.
         nvtx: ``"auto"`` mirrors bricks into NVTX ranges (domain ``brickscope``) when
             the ``nvtx`` package is installed; True requires it; False never.
+        backward: also time each brick module's backward pass as a brick
+            ``<name>.backward`` (through full backward hooks; off by default, see docs/torch.md).
 
     Returns:
         The handle; ``.remove()`` (or leaving its ``with`` block) restores the model.
@@ -106,19 +120,24 @@ def instrument(
                 f"brickscope.torch: module {mapped.path or type(mapped.module).__name__!r} is already "
                 "instrumented; remove() the first instrumentation before instrumenting again"
             )
-    return apply_plan(plan, stream, _nvtx.load_domain(nvtx))
+    if not isinstance(backward, bool):
+        raise TypeError(f"brickscope.torch: backward must be True or False, got {backward!r}")
+    return apply_plan(plan, stream, _nvtx.load_domain(nvtx), backward)
 
 
-def apply_plan(plan: list[Mapped], stream: Any, domain: Any) -> Instrumentation:
+def apply_plan(plan: list[Mapped], stream: Any, domain: Any, backward: bool = False) -> Instrumentation:
     """Give each planned module its instrumented class (arguments already checked)."""
     swapped: list[tuple[nn.Module, type, type]] = []
+    backward_bricks = BackwardBricks() if backward else None
     for mapped in plan:
         original = type(mapped.module)
         mirror = _nvtx.range_for(domain, mapped.name, mapped.category) if domain is not None else None
         cls = _calls.instrumented_class(original, _calls.scope_chooser(mapped, stream), mirror)
         mapped.module.__class__ = cls
         swapped.append((mapped.module, original, cls))
-    return Instrumentation(tuple(plan), swapped)
+        if backward_bricks is not None and mapped.kind == "brick" and not isinstance(mapped.module, _INDEX_INPUTS):
+            backward_bricks.add(mapped)
+    return Instrumentation(tuple(plan), swapped, backward_bricks)
 
 
 def is_instrumented(module: nn.Module) -> bool:
