@@ -132,7 +132,10 @@ class TestBadInput:
         captured = capsys.readouterr()
         assert captured.out == "" and str(path) in captured.err and "truncated" in captured.err
         assert main(["report", str(path), "--allow-truncated", "--format", "json"]) == 0
-        assert json.loads(capsys.readouterr().out)["spans"] > 0
+        captured = capsys.readouterr()
+        data = json.loads(captured.out)
+        assert data["spans"] > 0 and "truncated" in data["notes"][0]
+        assert f"{path}: offset" in captured.err and "analysed the valid prefix" in captured.err
 
     def test_bad_arguments_exit_2(self, files, capsys):
         """A malformed --step is a usage error (argparse, rc 2)."""

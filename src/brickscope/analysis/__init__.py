@@ -29,13 +29,17 @@ from typing import Any
 _EXPORTS = {
     "FORMATS": "_render",
     "AnalysisError": "_load",
+    "Comparison": "_diff",
+    "OperationChange": "_diff",
     "Peak": "_peaks",
     "Report": "_model",
     "Table": "_table",
     "analyse": "_engine",
+    "compare": "_diff",
     "get_backend": "_backend",
     "load": "_load",
     "render": "_render",
+    "render_comparison": "_render",
     "to_json": "_render",
 }
 

@@ -200,6 +200,10 @@ class PythonBackend:
 
     # --- selecting rows -------------------------------------------------------------
 
+    def sort(self, col: Any) -> Any:
+        """The column's values in ascending order."""
+        return array.array(col.typecode, sorted(col))
+
     def top_k(self, values: Any, k: int, ties: tuple[Any, ...] = ()) -> list[int]:
         """Rows of the k largest values, largest first; ties by the ``ties`` columns
         (ascending, in order), then by row."""

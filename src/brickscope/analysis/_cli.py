@@ -22,10 +22,11 @@ from typing import Any
 from brickscope.cli import EXIT_BAD_INPUT, EXIT_OK, UsageError
 from brickscope.offline import Progress
 from brickscope.offline._errors import one_line
-from brickscope.analysis._engine import analyse
+from brickscope.analysis._diff import ALPHA, MIN_CHANGE_PCT, compare
+from brickscope.analysis._engine import analyse, select
 from brickscope.analysis._load import AnalysisError, load
 from brickscope.analysis._peaks import Peak
-from brickscope.analysis._render import FORMATS, render
+from brickscope.analysis._render import FORMATS, render, render_comparison
 
 
 def register_report(subparsers: Any) -> None:
@@ -43,6 +44,60 @@ def register_report(subparsers: Any) -> None:
         help="roofline peak for devices whose name contains NAME ('*': any device, host included), e.g. H100=989e12,3.35e12",
     )
     parser.set_defaults(func=run_report)
+
+
+def register_diff(subparsers: Any) -> None:
+    """Add the ``diff`` subcommand."""
+    parser = subparsers.add_parser(
+        "diff",
+        help="per-operation change between two runs, with a significance test (CI guard)",
+        description=(
+            "Compare per-instance self times of each operation between BASE and NEW with the"
+            " Mann-Whitney U test; list significant regressions and improvements."
+        ),
+    )
+    parser.add_argument("base", metavar="BASE", help="trace file or directory of the reference run")
+    parser.add_argument("new", metavar="NEW", help="trace file or directory of the run to judge")
+    _add_common(parser)
+    parser.add_argument(
+        "--fail-above", type=float, metavar="PCT",
+        help="exit 1 when a significant regression's median grew by more than PCT percent",
+    )
+    parser.add_argument("--alpha", type=float, default=ALPHA, help=f"significance level ({ALPHA})")
+    parser.add_argument(
+        "--min-change", type=float, default=MIN_CHANGE_PCT, metavar="PCT",
+        help=f"smallest median change reported as significant, percent ({MIN_CHANGE_PCT})",
+    )
+    parser.set_defaults(func=run_diff)
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    """Load both runs, compare, print; 1 when a regression exceeds --fail-above."""
+    if not 0 < args.alpha < 1:
+        raise UsageError(f"--alpha {args.alpha}: expected a number between 0 and 1")
+    try:
+        base = _filtered(args, [args.base])
+        new = _filtered(args, [args.new])
+        comparison = compare(base, new, alpha=args.alpha, min_change_pct=args.min_change)
+    except AnalysisError as exc:
+        return _fail(args, exc)
+    sys.stdout.write(render_comparison(comparison, args.format))
+    if args.fail_above is not None:
+        worst = [c for c in comparison.regressions if c.p50_change_pct > args.fail_above]
+        if worst:
+            print(
+                f"brickscope diff: {len(worst)} regression(s) above {args.fail_above:g}%:"
+                f" {one_line(worst[0].name)} {worst[0].p50_change_pct:+.1f}%",
+                file=sys.stderr,
+            )
+            return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
+def _filtered(args: argparse.Namespace, inputs: list[str]) -> Any:
+    """One run's table with the --step/--rank/--device filters applied."""
+    table = _load(args, inputs)
+    return select(table, steps=args.step, ranks=args.rank, devices=args.device)[0]
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +120,7 @@ def run_report(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
-        table = _load(args)
+        table = _load(args, args.inputs)
         report = analyse(table, top=args.top, steps=args.step, ranks=args.rank, devices=args.device, peaks=peaks)
     except AnalysisError as exc:
         return _fail(args, exc)
@@ -74,7 +129,7 @@ def run_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _load(args: argparse.Namespace) -> Any:
+def _load(args: argparse.Namespace, inputs: list[str]) -> Any:
     """The inputs' table, with a progress line per file on stderr when it is a terminal."""
     shown: list[Progress] = []
 
@@ -83,10 +138,13 @@ def _load(args: argparse.Namespace) -> Any:
         return shown[-1]
 
     try:
-        return load(*args.inputs, backend=args.backend, allow_truncated=args.allow_truncated, progress_for=progress_for)
+        table = load(*inputs, backend=args.backend, allow_truncated=args.allow_truncated, progress_for=progress_for)
     finally:
         for progress in shown:
             progress.finish()
+    for note in table.notes:
+        print(one_line(note), file=sys.stderr)
+    return table
 
 
 def _step_range(text: str) -> tuple[int | None, int | None]:

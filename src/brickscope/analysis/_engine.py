@@ -33,6 +33,47 @@ def analyse(
         AnalysisError: a filter names a rank or device the trace lacks, or leaves no
             brick or kernel span.
     """
+    table, filters = select(table, steps=steps, ranks=ranks, devices=devices)
+    be = table.backend
+    operations = _operations.operations(table)
+    device_lanes = _placement.devices(table)
+    rank_lanes = _placement.ranks(table)
+    bricks = be.mask_in(table["kind"], (KIND_BRICK,))
+    clock_counts = be.group_count(be.compress(table["clock"], bricks), len(CLOCKS))
+    return Report(
+        sources=tuple(table.sources),
+        spans=table.rows,
+        dropped=table.dropped,
+        clocks=tuple(name for name, count in zip(CLOCKS, clock_counts) if count),
+        filters=filters,
+        operations=operations,
+        categories=_operations.categories(table),
+        slowest=_operations.slowest(table, top),
+        outliers=_operations.outliers(table, top),
+        devices=device_lanes,
+        ranks=rank_lanes,
+        load_balance={"devices": _placement.balance(device_lanes), "ranks": _placement.balance(rank_lanes)},
+        communication=_communication.communication(table, operations),
+        memory=_memory.memory(table),
+        roofline=_roofline.roofline(table, peaks),
+        throughput=_placement.throughput(table),
+        notes=tuple(table.notes),
+    )
+
+
+def select(
+    table: Table,
+    *,
+    steps: tuple[int | None, int | None] | None = None,
+    ranks: list[str] | None = None,
+    devices: list[int] | None = None,
+) -> tuple[Table, dict[str, str]]:
+    """The rows the filters keep (arguments as :func:`analyse`), and the filters as text.
+
+    Raises:
+        AnalysisError: a filter names a rank or device the trace lacks, or leaves no
+            brick or kernel span.
+    """
     be = table.backend
     filters: dict[str, str] = {}
     mask = None
@@ -61,29 +102,7 @@ def analyse(
         if not be.count_true(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL))):
             described = " ".join(f"--{key} {value}" for key, value in filters.items())
             raise AnalysisError(f"no brick or kernel span matches {described}")
-    operations = _operations.operations(table)
-    device_lanes = _placement.devices(table)
-    rank_lanes = _placement.ranks(table)
-    bricks = be.mask_in(table["kind"], (KIND_BRICK,))
-    clock_counts = be.group_count(be.compress(table["clock"], bricks), len(CLOCKS))
-    return Report(
-        sources=tuple(table.sources),
-        spans=table.rows,
-        dropped=table.dropped,
-        clocks=tuple(name for name, count in zip(CLOCKS, clock_counts) if count),
-        filters=filters,
-        operations=operations,
-        categories=_operations.categories(table),
-        slowest=_operations.slowest(table, top),
-        outliers=_operations.outliers(table, top),
-        devices=device_lanes,
-        ranks=rank_lanes,
-        load_balance={"devices": _placement.balance(device_lanes), "ranks": _placement.balance(rank_lanes)},
-        communication=_communication.communication(table, operations),
-        memory=_memory.memory(table),
-        roofline=_roofline.roofline(table, peaks),
-        throughput=_placement.throughput(table),
-    )
+    return table, filters
 
 
 def _and(be, mask, other):  # type: ignore[no-untyped-def]

@@ -84,6 +84,8 @@ def load(
         try:
             with _read(path, allow_truncated, report if progress_for is None else progress_for(path)) as spans:
                 builder.add_all(spans)
+            if spans.truncation is not None:
+                builder.notes.append(f"{spans.truncation}; analysed the valid prefix ({spans.spans_read:,} spans)")
         except (ValueError, OSError, EOFError) as exc:
             raise AnalysisError(_one_line(path, exc)) from None
         if builder.rows == rows:

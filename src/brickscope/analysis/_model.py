@@ -194,4 +194,5 @@ class Report:
     memory: Memory
     roofline: tuple[RooflinePoint, ...]
     throughput: Throughput
+    notes: tuple[str, ...] = ()  # about the input: a truncated file analysed up to its cut
     schema: int = SCHEMA

@@ -132,6 +132,9 @@ class NumpyBackend:
             return key & ((1 << _VALUE_BITS) - 1), offsets
         return values[np.lexsort((values, codes))], offsets
 
+    def sort(self, col: Any) -> Any:
+        return np.sort(col)
+
     def top_k(self, values: Any, k: int, ties: tuple[Any, ...] = ()) -> list[int]:
         n = values.shape[0]
         if k <= 0 or not n:

@@ -13,6 +13,7 @@ import json
 import re
 from typing import Any
 
+from brickscope.analysis._diff import Comparison
 from brickscope.analysis._model import Instance, OperationStats, Report
 from brickscope.analysis._operations import OUTLIER_FACTOR
 
@@ -96,6 +97,8 @@ class _Writer:
         if report.filters:
             head += " (" + ", ".join(f"{k} {v}" for k, v in report.filters.items()) + ")"
         lines = [f"**{head}**" if self.markdown else head]
+        for note in report.notes:
+            lines += self.note(self.name(note))
         if report.dropped:
             lines += self.note(f"{report.dropped} spans beyond the session's bound were not analysed")
         lines += self.operations(report)
@@ -256,3 +259,53 @@ class _Writer:
         if throughput.tokens:
             text += f", {throughput.tokens} tokens, {throughput.tokens_per_second:.4g} tokens/s"
         return lines + self.note(text)
+
+
+def render_comparison(comparison: Comparison, format: str = "text") -> str:  # noqa: A002
+    """A :class:`~brickscope.analysis._diff.Comparison` in one of :data:`FORMATS`."""
+    if format not in FORMATS:
+        raise ValueError(f"brickscope: unknown report format {format!r}; expected one of {FORMATS}")
+    if format == "json":
+        data = dataclasses.asdict(comparison)
+        data = {"schema": data.pop("schema"), **data}
+        data["changes"] = [_finite(change) for change in data["changes"]]
+        return json.dumps(data, indent=2)
+    writer = _Writer(format == "markdown")
+    head = (
+        f"brickscope diff: {', '.join(writer.name(s) for s in comparison.base_sources)} ->"
+        f" {', '.join(writer.name(s) for s in comparison.new_sources)}: Mann-Whitney U on self times,"
+        f" p < {comparison.alpha:g} and median moved >= {comparison.min_change_pct:g}%"
+    )
+    lines = [f"**{head}**" if writer.markdown else head]
+    header = ("operation", "kind", "base n", "new n", "base p50 us", "new p50 us", "p50", "base ms", "new ms", "total", "p")
+    for verdict, title in (("regression", "Regressions"), ("improvement", "Improvements")):
+        rows = [c for c in comparison.changes if c.verdict == verdict]
+        lines += writer.title(f"{title} ({len(rows)})")
+        if not rows:
+            lines += writer.note("none")
+            continue
+        lines += writer.table(
+            header,
+            [
+                (
+                    writer.name(c.name), c.kind, str(c.base_count), str(c.new_count), _us(c.base_p50_ns),
+                    _us(c.new_p50_ns), f"{c.p50_change_pct:+.1f}%", _ms(c.base_total_ns), _ms(c.new_total_ns),
+                    f"{c.total_change_pct:+.1f}%", f"{c.p_value:.2g}",
+                )
+                for c in rows
+            ],
+            2,
+        )
+    unchanged = sum(1 for c in comparison.changes if c.verdict == "unchanged")
+    lines += writer.title("Not significant")
+    lines += writer.note(f"{unchanged} operations")
+    for what, names in (("Only in the new run", comparison.added), ("Only in the base run", comparison.removed)):
+        if names:
+            lines += writer.title(what)
+            lines += writer.note(", ".join(writer.name(n) for n in names))
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _finite(change: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no infinity: a change from zero is null."""
+    return {k: (None if isinstance(v, float) and v in (float("inf"), float("-inf")) else v) for k, v in change.items()}

@@ -136,6 +136,8 @@ class Table:
     rows: int = 0
     dropped: int = 0
     sources: list[str] = field(default_factory=list)
+    #: What the reader wants said about the input (a truncated file read up to its cut).
+    notes: list[str] = field(default_factory=list)
 
     def __getitem__(self, name: str) -> Any:
         return self.columns[name]
@@ -160,7 +162,7 @@ class Table:
         kept["parent"] = be.index_of(kept["span_id"], kept["parent_id"])
         return Table(
             be, kept, self.operations, self.categories, self.ranks, self.devices, self.streams,
-            rows=be.size(kept["start"]), dropped=self.dropped, sources=self.sources,
+            rows=be.size(kept["start"]), dropped=self.dropped, sources=self.sources, notes=self.notes,
         )
 
 
@@ -197,6 +199,7 @@ class TableBuilder:
         # id(resource) -> (resource, rank code, host, device model names): resources are shared by many spans
         self._resources: dict[int, tuple[Any, int, str, tuple[str, ...]]] = {}
         self.sources: list[str] = []
+        self.notes: list[str] = []
 
     def add(self, span: Any, attributes: Any = None) -> None:
         """Add one ended span (``attributes``: its attributes, when the caller already holds them)."""
@@ -243,7 +246,7 @@ class TableBuilder:
             return Table(
                 be, columns, list(self._operations), list(self._categories), list(self._ranks),
                 list(self._devices), list(self._streams), rows=self.rows, dropped=self.dropped,
-                sources=list(self.sources),
+                sources=list(self.sources), notes=list(self.notes),
             )
 
     def _flush(self) -> None:
