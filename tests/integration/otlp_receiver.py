@@ -165,6 +165,9 @@ class _Receiver:
         self.calls: dict[str, int] = {"traces": 0, "metrics": 0, "logs": 0}
         self.rejected: dict[str, int] = {"traces": 0, "metrics": 0, "logs": 0}
         self._release = threading.Event()  # ends every stall at once (stop())
+        self._held = threading.Event()  # ends the held calls (release_held())
+        self._held_status: Any = None
+        self.holding: dict[str, int] = {"traces": 0, "metrics": 0, "logs": 0}
 
     def fail_next(self, calls: int, signal: str = "traces", retry_after_s: float = 0.2) -> None:
         """Answer the next ``calls`` export calls of ``signal`` with UNAVAILABLE (503 over HTTP)."""
@@ -175,6 +178,19 @@ class _Receiver:
         """Hold the next ``calls`` export calls of ``signal`` for ``seconds`` before answering."""
         with self._lock:
             self._faults[signal].extend([("stall", seconds)] * calls)
+
+    def hold_next(self, calls: int, signal: str = "traces") -> None:
+        """Hold the next ``calls`` export calls of ``signal`` until :meth:`release_held` (gRPC only).
+
+        Unlike a stall, nothing here depends on time: the test decides when the call ends.
+        """
+        with self._lock:
+            self._faults[signal].extend([("hold", 0.0)] * calls)
+
+    def release_held(self, status: Any) -> None:
+        """End every held call with the gRPC ``status`` (a non-retryable one fails the batch at once)."""
+        self._held_status = status
+        self._held.set()
 
     def _next_fault(self, signal: str) -> tuple[str, float] | None:
         with self._lock:
@@ -217,6 +233,10 @@ class _Receiver:
             time.sleep(0.02)
 
 
+#: A held call is ended after this long even if the test never released it (a failed test).
+_MAX_HOLD_S = 120.0
+
+
 class _GrpcService:
     """One OTLP Export method: scripted faults, then record the request."""
 
@@ -238,6 +258,14 @@ class _GrpcService:
                 with receiver._lock:
                     receiver.rejected[self._signal] += 1
                 context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: receiver unavailable")
+            if what == "hold":
+                with receiver._lock:
+                    receiver.holding[self._signal] += 1
+                receiver._held.wait(_MAX_HOLD_S)
+                with receiver._lock:
+                    receiver.holding[self._signal] -= 1
+                    receiver.rejected[self._signal] += 1
+                context.abort(receiver._held_status or grpc.StatusCode.ABORTED, "scripted: held, then released")
             receiver._release.wait(seconds)
             if not context.is_active():  # the client gave up: it counts the batch as failed
                 with receiver._lock:
@@ -297,8 +325,9 @@ class GrpcReceiver(_Receiver):
         return self
 
     def stop(self) -> None:
-        """Stop at once (open calls are cancelled, stalls released). Idempotent."""
+        """Stop at once (open calls are cancelled, stalls and holds released). Idempotent."""
         self._release.set()
+        self._held.set()
         if self._server is not None:
             self._server.stop(grace=0).wait(5)
             self._server = None

@@ -96,6 +96,7 @@ def main() -> int:
     parser.add_argument("--spawn-child", action="store_true")
     parser.add_argument("--no-setup", action="store_true", help="opentelemetry-instrument configured brickscope")
     parser.add_argument("--no-generate-span", action="store_true", help="steps are roots (or TRACEPARENT's children)")
+    parser.add_argument("--pause-at-end", action="store_true", help="the handshake after the last phase too")
     args = parser.parse_args()
 
     session = None if args.no_setup else bs.configure()
@@ -122,7 +123,7 @@ def main() -> int:
     def run() -> None:
         for phase in range(args.phases):
             run_phase(phase)
-            if phase + 1 < args.phases:
+            if phase + 1 < args.phases or args.pause_at_end:
                 print(f"PHASE {phase} {report['phase_seconds'][-1]:.6f}", flush=True)
                 sys.stdin.readline()
 
