@@ -15,9 +15,11 @@ from typing import Any, Callable
 
 from opentelemetry import context as _api
 from opentelemetry.context.context import Context
-from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.trace.propagation import _SPAN_KEY
+
+from brickscope import _scope_data
 
 _runtime_var = getattr(_api._RUNTIME_CONTEXT, "_current_context", None)  # noqa: SLF001
 
@@ -95,6 +97,50 @@ class ScopeSpan(NonRecordingSpan):
             return INVALID_SPAN_CONTEXT
         span_id = assign_span_id(record, record.recorder.id_generator)
         return SpanContext(record.trace_id, span_id, False, SAMPLED if record.sampled else _NOT_SAMPLED)
+
+    # The span API users call on ``trace.get_current_span()`` inside a scope: the data
+    # goes to the innermost open scope's span (brickscope._scope_data). Never raises.
+
+    def is_recording(self) -> bool:
+        record = _scope_data.innermost_open(self._top())
+        return record is not None and record.sampled
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        record = _scope_data.innermost_open(self._top())
+        if record is not None:
+            _scope_data.set_attribute(record, key, value)
+
+    def set_attributes(self, attributes: Any) -> None:
+        record = _scope_data.innermost_open(self._top())
+        if record is not None and attributes:
+            _scope_data.set_attributes(record, attributes)
+
+    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+        record = _scope_data.innermost_open(self._top())
+        if record is not None:
+            _scope_data.add_event(record, name, attributes, timestamp)
+
+    def record_exception(
+        self, exception: BaseException, attributes: Any = None, timestamp: int | None = None, escaped: bool = False
+    ) -> None:
+        record = _scope_data.innermost_open(self._top())
+        if record is not None:
+            _scope_data.record_exception(record, exception, attributes, timestamp)
+
+    def set_status(self, status: Any, description: str | None = None) -> None:
+        record = _scope_data.innermost_open(self._top())
+        if record is None:
+            return
+        if isinstance(status, Status):
+            status, description = status.status_code, status.description
+        if status in (StatusCode.OK, StatusCode.ERROR):
+            _scope_data.set_status(record, status.name, description)
+
+    def update_name(self, name: str) -> None:
+        """Ignored: a scope's name is its identity in every aggregate (counted as misuse)."""
+        record = _scope_data.innermost_open(self._top())
+        if record is not None:
+            _scope_data.refuse_rename(record, name)
 
     def __repr__(self) -> str:
         return "ScopeSpan(innermost open brickscope scope)"

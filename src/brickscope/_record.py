@@ -56,12 +56,13 @@ class Record:
     gpu_first: int  # extent of GPU-timed scopes inside this one, epoch ns (0: none yet)
     gpu_last: int
     enclosing: tuple[Any, int | None, int | None] | None  # (brick, layer, step) around it; memo
+    notes: Any  # ScopeNotes: attributes/events user code added while open (_scope_data), or None
 
     __slots__ = (
         "owner", "opener", "recorder", "link", "parent", "otel_parent", "otel_context", "trace_id",
         "span_id", "span_context", "sampled", "thread_id", "host_start", "host_end", "stream",
         "start_mark", "end_mark", "gpu_error", "error", "ended", "context_token", "nested_ns",
-        "gpu_first", "gpu_last", "enclosing",
+        "gpu_first", "gpu_last", "enclosing", "notes",
     )  # fmt: skip
 
     def __repr__(self) -> str:

@@ -25,7 +25,7 @@ import inspect
 import logging
 from typing import Any, Callable, TypeVar
 
-from brickscope import _catalog, _record, _state
+from brickscope import _catalog, _otel_context, _record, _scope_data, _state
 from brickscope._gpu._streams import stream_handle
 from brickscope._record import KIND_BRICK, KIND_KERNEL, KIND_LAYER, KIND_NAMES, KIND_STEP, Record
 
@@ -578,6 +578,40 @@ def sync(timeout_millis: float | None = None) -> bool:
     if recorder is None:
         return True
     return recorder.sync(block=True, timeout_millis=timeout_millis)
+
+
+def event(name: str, **attributes: Any) -> None:
+    """An instant event, now, on the current scope's span (drawn as an instant in a ``.pftrace``).
+
+    The current scope is the innermost open brickscope scope of this thread or task,
+    or an OTel span the user started inside it. Attributes are OTel attribute values;
+    others are dropped and counted (``stats()["scope_data_dropped"]``), as is an event
+    with no open scope to go to. Does nothing while brickscope is off. Never raises.
+
+    Example::
+
+        with bs.brick("sampling"):
+            bs.event("eos", token=token_id)
+
+    .. versionadded:: 0.2.0
+    """
+    recorder = _state.recorder
+    if recorder is None:
+        return
+    try:
+        rec = _scope_data.innermost_open(_TOP_get())
+        context = _otel_context.current()
+        span = _otel_context.current_span(context)
+        user_span = span is not None and not isinstance(span, _otel_context.ScopeSpan) and span.is_recording()
+        if user_span and (rec is None or rec.otel_context is not context):
+            span.add_event(name, {k: v for k, v in attributes.items() if _scope_data.clean_value(v) is not None})
+        elif rec is not None:
+            _scope_data.add_event(rec, name, attributes)
+        else:
+            recorder.count("scope_data_dropped")
+            _warn_once("event_outside", "brickscope: bs.event(%r) outside any scope or span; dropped (counted)", name)
+    except Exception:
+        _enter_failed(recorder)
 
 
 def _check_brick(name: object, category: object, elements: object) -> None:

@@ -30,7 +30,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status
 
-from brickscope import _catalog, _config, _record, _scope, _state
+from brickscope import _catalog, _config, _record, _scope, _scope_data, _state
 from brickscope.trace import attributes as A
 
 
@@ -91,6 +91,7 @@ def reset_globals() -> None:
     _state.recorder = _state.configured = None
     _catalog.reset()
     _scope._warned.clear()  # noqa: SLF001 - so each test sees its own once-only warnings
+    _scope_data._warned.clear()  # noqa: SLF001
     _record.TOP.set(None)
 
 

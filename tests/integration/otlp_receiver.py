@@ -79,6 +79,7 @@ class ReceivedSpan:
     resource: dict[str, Any]
     scope: str
     events: list[str] = field(default_factory=list)
+    event_attributes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def duration_ns(self) -> int:
@@ -121,6 +122,7 @@ def decode_spans(request: trace_service_pb2.ExportTraceServiceRequest) -> list[R
                         resource=resource,
                         scope=scope_spans.scope.name,
                         events=[event.name for event in span.events],
+                        event_attributes=[attributes(event.attributes) for event in span.events],
                     )
                 )
     return out

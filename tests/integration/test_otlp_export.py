@@ -117,6 +117,29 @@ class TestSpansAtTheReceiver:
         assert resource == result.report["resource"]
 
 
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_data_added_inside_a_brick_arrives_on_its_span(app, grpc_receiver, http_receiver, protocol):
+    """set_attribute/add_event on trace.get_current_span() and bs.event inside a brick reach the
+    exported brick (and kernel) spans, with their attributes; nothing else gains events."""
+    receiver = grpc_receiver if protocol == "grpc" else http_receiver
+    result = app.run(otlp_env(receiver, protocol), "--steps", str(STEPS), "--layers", str(LAYERS), "--annotate")
+    assert result.returncode == 0, result.stderr
+    assert receiver.wait_for(lambda r: len(r.spans()) >= EXPECTED_SPANS, timeout_s=10)
+    spans = receiver.spans()
+    attention = [s for s in by_kind(spans, "brick") if s.name == "attention"]
+    assert len(attention) == STEPS * LAYERS
+    for brick in attention:
+        step, layer = brick.attributes[A.STEP_NUMBER], brick.attributes[A.LAYER_INDEX]
+        assert brick.attributes["app.kv_blocks"] == 10 * step + layer
+        assert brick.events == ["kv.lookup"]
+        assert brick.event_attributes == [{"hit": layer % 2 == 0}]
+    kernels = [s for s in by_kind(spans, "kernel") if s.name == "flash_attn_fwd"]
+    assert [(k.events, k.event_attributes) for k in kernels] == [(["launch.retry"], [{"attempt": 1}])] * (STEPS * LAYERS)
+    others = [s for s in spans if s.name not in ("attention", "flash_attn_fwd")]
+    assert not any(s.events for s in others)
+    assert result.report["stats"]["scope_data_dropped"] == 0
+
+
 class TestMetricsAtTheReceiver:
     def test_duration_histogram_matches_the_bricks(self, exported):
         """Per brick, the histogram counts every brick span and sums their self times."""

@@ -249,3 +249,31 @@ class TestFailures:
         """A non-positive max_tracked_slices is a ValueError at construction."""
         with pytest.raises(ValueError, match="max_tracked_slices"):
             PerfettoSpanExporter(tmp_path / "t.pftrace", max_tracked_slices=0)
+
+
+class TestScopeData:
+    def test_data_added_inside_a_brick_round_trips_through_a_pftrace(self, tmp_path):
+        """bs.event and the OTel span API inside a brick: instants in the file, back on the brick when read."""
+        from opentelemetry import trace
+
+        import brickscope as bs
+        from brickscope.offline import open_spans
+        from brickscope.testing import capture_spans
+
+        path = tmp_path / "t.pftrace"
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(PerfettoSpanExporter(path)))
+        with capture_spans(provider):
+            with bs.step(0), bs.brick("sampling"):
+                trace.get_current_span().set_attribute("sampler", "top_p")
+                bs.event("eos", token=2)
+                trace.get_current_span().add_event("cache.lookup", {"hit": True})
+        decoded = decode_trace(path)
+        brick_slice = next(s for s in decoded.slices if s.name == "sampling")
+        assert [(i.name, i.track) for i in decoded.instants] == [
+            ("eos", brick_slice.track), ("cache.lookup", brick_slice.track)
+        ]
+        with open_spans(path) as spans:
+            brick = next(s for s in spans if s.name == "sampling")
+        assert brick.attributes["sampler"] == "top_p"
+        assert [(e.name, dict(e.attributes)) for e in brick.events] == [("eos", {"token": 2}), ("cache.lookup", {"hit": True})]

@@ -214,6 +214,16 @@ class TestEventsAndLinks:
         assert (instant.name, instant.ts, instant.track) == ("exception", T0 + 40, decoded.slices[0].track)
         assert instant.args["k"] == 1
 
+    def test_events_of_a_gpu_span_are_instants_on_its_launch_thread_track(self, tmp_path):
+        """Event times are host times: a GPU-timed span's events sit on the launch side, not the stream."""
+        event = Event("cache.miss", {"blocks": 2}, timestamp=T0 + 160)
+        span = make_span(3, "gemm", T0 + 500, T0 + 900, attributes=gpu_attributes(T0 + 150, 20, 400), events=[event])
+        decoded = _export(tmp_path / "t.pftrace", [span])
+        (instant,) = decoded.instants
+        launch = next(s for s in decoded.slices if s.name == "gemm" and decoded.track_kind(s.track) == "thread")
+        assert (instant.name, instant.ts, instant.track) == ("cache.miss", T0 + 160, launch.track)
+        assert instant.args["blocks"] == 2
+
     def test_link_within_a_batch_is_a_flow(self, tmp_path):
         """A link to a span in the same batch is one flow id on both slices."""
         a = make_span(1, "producer", T0, T0 + 10, attributes=dict(THREAD))

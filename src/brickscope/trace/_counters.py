@@ -29,6 +29,7 @@ NAMES = (
     "gpu_sync_errors",
     "closed_after_shutdown",
     "scope_repairs",
+    "scope_data_dropped",
 )
 
 

@@ -147,7 +147,7 @@ class Recorder:
         rec.error = None
         rec.gpu_error = None
         rec.nested_ns = 0
-        rec.enclosing = None
+        rec.enclosing = rec.notes = None
         rec.gpu_first = rec.gpu_last = 0
         _set_top(rec)
         timer = self.timer

@@ -128,14 +128,16 @@ class SpanBuilder:
             attributes[KERNEL_NAME] = owner._name
         if owner._attributes:
             attributes.update(owner._attributes)
+        events: tuple[Event, ...] = ()
+        status = _UNSET
+        if rec.notes is not None:
+            events, status = _apply_notes(rec.notes, attributes)
 
         parent = rec.parent
         parent_context = self._span_context(parent) if parent is not None else rec.otel_parent
-        events: tuple[Event, ...] = ()
-        status = _UNSET
         if rec.error is not None:
             type_name, message, stacktrace = rec.error
-            events = (
+            events += (
                 Event(
                     "exception",
                     {
@@ -187,6 +189,21 @@ class SpanBuilder:
             self._counts["self_time_clamped"] += 1
             self_ns = 0
         return self_ns
+
+
+def _apply_notes(notes: Any, attributes: dict[str, Any]) -> tuple[tuple[Event, ...], Status]:
+    """Put what user code added to an open scope (``_scope_data.ScopeNotes``) on its span:
+    attributes (brickscope's own ``brickscope.*`` values win: analysis depends on them),
+    events in the order added, and the status it set."""
+    for key, value in notes.attributes.items():
+        if key not in attributes or not key.startswith("brickscope."):
+            attributes[key] = value
+    events = tuple(Event(name, details, timestamp=ts) for name, details, ts in notes.events)
+    status = _UNSET
+    if notes.status is not None:
+        code, description = notes.status
+        status = Status(StatusCode[code], description)
+    return events, status
 
 
 def _widen_extent(rec: Record, start: int, end: int) -> None:

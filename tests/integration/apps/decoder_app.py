@@ -14,7 +14,9 @@ enqueues simulated GPU work of a known duration on a stream of its own, so the
 bricks' GPU time is known: see ``KERNEL_NS``.
 
 Phases (``--phases``) are separated by a handshake for fault tests: the app prints
-``PHASE <k> <seconds>`` and waits for a line on stdin. ``--spawn-child`` starts a
+``PHASE <k> <seconds>`` and waits for a line on stdin. ``--annotate`` adds attributes and
+events inside the attention bricks the way OTel users do (``trace.get_current_span()``) and
+with ``bs.event``. ``--spawn-child`` starts a
 second rank inside step 0 with the trace context in ``TRACEPARENT``. ``--no-setup``
 leaves the set-up to ``opentelemetry-instrument``: the app then only uses scopes.
 The report (JSON) says what the app did: trace id, span ids of its steps, timings,
@@ -58,7 +60,7 @@ def simulated_gpu(lib: str) -> tuple[object, int]:
     return SimDriver(Path(lib)), stream
 
 
-def decode_step(step: int, layers: int, sim: object | None, stream: int | None) -> str:
+def decode_step(step: int, layers: int, sim: object | None, stream: int | None, annotate: bool = False) -> str:
     """One step of the loop; returns the step span's id (hex), as other processes would see it."""
     with bs.step(step):
         step_span_id = format(trace.get_current_span().get_span_context().span_id, "016x")
@@ -66,7 +68,12 @@ def decode_step(step: int, layers: int, sim: object | None, stream: int | None) 
             with bs.layer(index):
                 for brick, category, kernel, grid, block, smem, ns in BRICKS:
                     with bs.brick(brick, category=category, elements=ELEMENTS, stream=stream):
+                        if annotate and brick == "attention":  # what OTel users write inside a brick
+                            trace.get_current_span().set_attribute("app.kv_blocks", 10 * step + index)
+                            trace.get_current_span().add_event("kv.lookup", {"hit": index % 2 == 0})
                         with bs.kernel(kernel, grid=grid, block=block, shared_mem_bytes=smem):
+                            if annotate and brick == "attention":
+                                bs.event("launch.retry", attempt=1)
                             if sim is not None:
                                 sim.enqueue_kernel(stream, ns)
     return step_span_id
@@ -94,6 +101,7 @@ def main() -> int:
     parser.add_argument("--report", required=True)
     parser.add_argument("--simdriver", help="path of the simulated libcuda.so.1")
     parser.add_argument("--spawn-child", action="store_true")
+    parser.add_argument("--annotate", action="store_true", help="attributes and events added inside the bricks")
     parser.add_argument("--no-setup", action="store_true", help="opentelemetry-instrument configured brickscope")
     parser.add_argument("--no-generate-span", action="store_true", help="steps are roots (or TRACEPARENT's children)")
     parser.add_argument("--pause-at-end", action="store_true", help="the handshake after the last phase too")
@@ -115,7 +123,7 @@ def main() -> int:
                     child = spawn_child(args)
                     child.wait(timeout=60)
                 continue
-            report["steps"].append(decode_step(number, args.layers, sim, stream))
+            report["steps"].append(decode_step(number, args.layers, sim, stream, args.annotate))
         if session is not None:
             session.sync()  # the app's own sync point: waits for the GPU, not for exporters
         report["phase_seconds"].append(time.perf_counter() - started)

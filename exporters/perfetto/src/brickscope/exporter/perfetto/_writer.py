@@ -19,7 +19,8 @@ Layout of the trace (what ui.perfetto.dev shows):
   spans at their GPU times, each with a flow arrow from its launch slice;
 - a slice that would break the per-track nesting Perfetto requires goes on an
   overflow child track (see ``_lanes``); span events are instant events on the
-  span's track and span links are flows.
+  span's track (a GPU-timed span's on its launch slice's thread track: event times
+  are host times) and span links are flows.
 
 Clock: timestamps are Unix-epoch nanoseconds, as OpenTelemetry's, declared on
 ``CLOCK_REALTIME``, which every ClockSnapshot names the trace's primary clock
@@ -208,9 +209,11 @@ class TraceWriter:
             events.append((piece.start, order, 0, 0, piece))
             events.append((piece.end, order, 1, 0, piece))
             if piece.main:
+                # Events are host-clock instants: a GPU span's go on its launch slice's thread track.
+                where = piece.launch if piece.launch is not None else piece
                 for event in piece.span.events:
                     extra += 1
-                    events.append((event.timestamp, extra, 0, 0, ("event", piece, event)))
+                    events.append((event.timestamp, extra, 0, 0, ("event", where, event)))
                 self._link(piece, mains, events)
         events.sort()
         for piece in slices:
