@@ -71,6 +71,9 @@ class Decoded:
     primary_clocks: set[int] = field(default_factory=set)
     absolute_timestamps: int = 0
     resets: int = 0
+    #: terminating flow ids seen, and the arrows the trace processor would draw
+    flows_expected: int = 0
+    flows_drawn: int = 0
 
     def track_kind(self, uuid: int) -> str:
         """``thread``, ``process``, ``gpu`` (a stream under a GPU group) or ``other``."""
@@ -139,6 +142,9 @@ def decode_trace(path: str | os.PathLike[str], *, data: bytes | None = None) -> 
     errors = decoded.errors
     state: dict[int, dict[str, Any]] = {}
     events: dict[int, list[tuple[int, int, Any, dict[str, Any]]]] = {}
+    trace_clock = 0  # the first primary_trace_clock (BOOTTIME when none is given)
+    boottime_related = clock_rule_reported = False
+    snapshot_sets: dict[frozenset[tuple[int, int]], dict[tuple[int, int], int]] = {}
     for index, packet in enumerate(trace.packet):
         if not packet.HasField("trusted_packet_sequence_id") or packet.trusted_packet_sequence_id == 0:
             errors.append(f"packet {index} has no trusted_packet_sequence_id")
@@ -175,6 +181,18 @@ def decode_trace(path: str | os.PathLike[str], *, data: bytes | None = None) -> 
             snapshot = packet.clock_snapshot
             if snapshot.HasField("primary_trace_clock"):
                 decoded.primary_clocks.add(snapshot.primary_trace_clock)
+                trace_clock = trace_clock or snapshot.primary_trace_clock
+            builtins = {clock.clock_id for clock in snapshot.clocks if clock.clock_id < 64}
+            # The trace processor keeps the readings of each set of clocks apart and needs
+            # each clock to move forward within its set (invalid_clock_snapshots otherwise).
+            qualified = [((seq if c.clock_id >= 64 else 0), c.clock_id, c.timestamp) for c in snapshot.clocks]
+            last = snapshot_sets.setdefault(frozenset((q, c) for q, c, _ in qualified), {})
+            for q, c, timestamp in qualified:
+                if timestamp < last.get((q, c), timestamp):
+                    errors.append(f"packet {index}: clock {c} goes backwards between snapshots of the same clocks")
+                last[(q, c)] = timestamp
+            if pb.BUILTIN_CLOCK_BOOTTIME in builtins and (trace_clock or pb.BUILTIN_CLOCK_BOOTTIME) in builtins:
+                boottime_related = True
             for clock in snapshot.clocks:
                 if clock.is_incremental:
                     s["incremental"][clock.clock_id] = clock.timestamp
@@ -182,6 +200,12 @@ def decode_trace(path: str | os.PathLike[str], *, data: bytes | None = None) -> 
             decoded.descriptors[packet.track_descriptor.uuid] = packet.track_descriptor
         if not packet.HasField("track_event"):
             continue
+        if not boottime_related and not clock_rule_reported:
+            # The trace processor bridges BOOTTIME, a protobuf trace's default domain, to the
+            # trace clock at the first conversion; without a snapshot relating the two it
+            # reports clock_sync_unrelatable_clock_domains (an import error).
+            errors.append(f"packet {index}: no ClockSnapshot relates BOOTTIME to the trace clock before the first event")
+            clock_rule_reported = True
         clock = packet.timestamp_clock_id if packet.HasField("timestamp_clock_id") else s["clock"]
         if clock in s["incremental"]:
             ts = s["incremental"][clock] = s["incremental"][clock] + packet.timestamp
@@ -233,12 +257,45 @@ def decode_trace(path: str | os.PathLike[str], *, data: bytes | None = None) -> 
                     errors.append(f"END without BEGIN on track {uuid} at {ts}")
                     continue
                 start, begin = stack.pop()
+                # Flows on an END event belong to the slice it ends (as the trace processor binds them).
+                begin = {
+                    **begin,
+                    "flow_ids": begin["flow_ids"] + info["flow_ids"],
+                    "terminating_flow_ids": begin["terminating_flow_ids"] + info["terminating_flow_ids"],
+                }
                 decoded.slices.append(_slice(uuid, start, ts - start, begin, len(stack)))
             elif kind == pb.TrackEvent.TYPE_INSTANT:
                 decoded.instants.append(_slice(uuid, ts, 0, info, len(stack)))
         if stack:
             errors.append(f"{len(stack)} slices left open on track {uuid}")
+    _check_flows(decoded, events)
     return decoded
+
+
+def _check_flows(decoded: Decoded, events: dict[int, list[tuple[int, int, Any, dict[str, Any]]]]) -> None:
+    """Draw the flows as the trace processor does, and count the ones it would not draw.
+
+    It parses every track event in timestamp order (file order for ties): a flow id in
+    ``flow_ids`` starts a flow (or adds a step to an active one: an arrow); one in
+    ``terminating_flow_ids`` ends an active flow (an arrow), and is silently ignored,
+    no arrow and no stat, when the flow has not started yet.
+    """
+    ordered = sorted(
+        (ts, index, info) for items in events.values() for ts, index, _, info in items
+    )
+    active: set[int] = set()
+    for ts, index, info in ordered:
+        for flow in info["flow_ids"]:
+            if flow in active:
+                decoded.flows_drawn += 1
+            active.add(flow)
+        for flow in info["terminating_flow_ids"]:
+            decoded.flows_expected += 1
+            if flow in active:
+                decoded.flows_drawn += 1
+                active.discard(flow)
+            else:
+                decoded.errors.append(f"packet {index}: flow {flow:#x} ends before it starts (at {ts}): not drawn")
 
 
 def _slice(uuid: int, ts: int, dur: int, info: dict[str, Any], depth: int) -> Slice:

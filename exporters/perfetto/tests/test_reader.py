@@ -36,6 +36,12 @@ class TestReadSpans:
         assert (back.name, back.context.trace_id, back.parent.span_id) == ("brick", TRACE_ID, 3)
         assert (back.start_time, back.end_time) == (T0 + 5, T0 + 50)
 
+    def test_gpu_span_that_began_before_its_launch_keeps_its_host_attributes(self, tmp_path):
+        """Its flow ends on the GPU slice's END; the reader still finds the launch interval."""
+        attributes = gpu_attributes(T0 + 30, 9, 100)
+        back = _roundtrip(tmp_path, [make_span(8, "gemm", T0 + 20, T0 + 120, attributes=attributes)])
+        assert dict(back[8].attributes) == attributes
+
     def test_gpu_span_keeps_gpu_times_and_host_attributes(self, tmp_path):
         """A GPU-timed span comes back once, at its GPU interval, with its host interval attributes."""
         attributes = gpu_attributes(T0 + 1, 9, 100)

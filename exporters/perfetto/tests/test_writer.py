@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 from opentelemetry.sdk.resources import Resource
@@ -14,6 +15,14 @@ from pftrace_testlib import T0, THREAD, TRACE_ID, decode_trace, expected_slices,
 from brickscope.exporter.perfetto import PerfettoSpanExporter
 from brickscope.exporter.perfetto._writer import TraceWriter
 from brickscope.trace import attributes as A
+
+# Perfetto builtin clock -> POSIX clock (Linux: REALTIME_COARSE 5, MONOTONIC_COARSE 6).
+_POSIX = {
+    pb.BUILTIN_CLOCK_BOOTTIME: time.CLOCK_BOOTTIME,
+    pb.BUILTIN_CLOCK_REALTIME: time.CLOCK_REALTIME,
+    pb.BUILTIN_CLOCK_MONOTONIC: time.CLOCK_MONOTONIC,
+    pb.BUILTIN_CLOCK_MONOTONIC_RAW: time.CLOCK_MONOTONIC_RAW,
+}
 
 
 def _export(path, *batches):
@@ -291,13 +300,13 @@ class TestEncoding:
         assert sorted((s.name, s.ts, s.dur) for s in decoded.slices) == expected_slices([late, early])
 
     def test_absolute_timestamps_once_clocks_run_out(self):
-        """After 64 incremental clocks, a batch earlier than all of them uses absolute REALTIME times."""
+        """After 63 incremental clocks (64..126; 127 anchors the opening snapshot), a batch earlier than all of them uses absolute REALTIME times."""
         writer = TraceWriter()
         spans = [make_span(i, "s", T0 + 1000 * (70 - i), T0 + 1000 * (70 - i) + 10, attributes=dict(THREAD)) for i in range(1, 70)]
         data = writer.header() + b"".join(writer.encode([span]) for span in spans)
         decoded = decode_trace(None, data=data)
         assert decoded.errors == []
-        assert decoded.absolute_timestamps == 2 * (len(spans) - 64)
+        assert decoded.absolute_timestamps == 2 * (len(spans) - 63)
         assert sorted((s.name, s.ts, s.dur) for s in decoded.slices) == expected_slices(spans)
 
     def test_full_intern_table_starts_a_new_generation(self, tmp_path):
@@ -321,3 +330,57 @@ class TestEncoding:
         decoded = decode_trace(None, data=data)
         assert decoded.errors == []
         assert sorted((s.name, s.ts, s.dur) for s in decoded.slices) == expected_slices([*spans, parent])
+
+
+class TestClocks:
+    def test_trace_opens_with_real_readings_of_the_machines_clocks(self):
+        """BOOTTIME, MONOTONIC... as read when the trace starts, REALTIME the trace clock (as traced does)."""
+        before = {name: time.clock_gettime_ns(clock) for name, clock in _POSIX.items()}
+        header = TraceWriter().header()
+        after = {name: time.clock_gettime_ns(clock) for name, clock in _POSIX.items()}
+        (snapshot,) = [p.clock_snapshot for p in pb.Trace.FromString(header).packet if p.HasField("clock_snapshot")]
+        assert snapshot.primary_trace_clock == pb.BUILTIN_CLOCK_REALTIME
+        readings = {c.clock_id: c.timestamp for c in snapshot.clocks}
+        for name in _POSIX:
+            assert before[name] <= readings[name] <= after[name], name
+        assert readings[127] == readings[pb.BUILTIN_CLOCK_REALTIME]  # the file's own anchor clock
+
+    def test_checker_flags_a_trace_without_boottime(self):
+        """The checker enforces the trace processor's rule: BOOTTIME related to the trace clock."""
+        writer = TraceWriter()
+        packets = list(pb.Trace.FromString(writer.header()).packet)
+        for clock in list(packets[1].clock_snapshot.clocks):
+            if clock.clock_id == pb.BUILTIN_CLOCK_BOOTTIME:
+                packets[1].clock_snapshot.clocks.remove(clock)
+        header = pb.Trace(packet=packets).SerializeToString()
+        decoded = decode_trace(None, data=header + writer.encode([make_span(1, "s", T0, T0 + 5, attributes=dict(THREAD))]))
+        assert any("relates BOOTTIME" in e for e in decoded.errors), decoded.errors
+
+    def test_merged_files_keep_their_readings_apart(self, tmp_path):
+        """Two files whose clocks read in any order merge without a clock going backwards in one set."""
+        from brickscope.exporter.perfetto import merge_traces
+
+        for name in ("late", "early"):
+            with PerfettoSpanExporter(tmp_path / f"{name}.pftrace") as exporter:
+                exporter.export([make_span(1, "s", T0, T0 + 5, attributes=dict(THREAD))])
+        merge_traces([tmp_path / "early.pftrace", tmp_path / "late.pftrace"], tmp_path / "all.pftrace")
+        assert decode_trace(tmp_path / "all.pftrace").errors == []
+
+
+class TestFlows:
+    def test_gpu_work_that_starts_before_its_launch_still_gets_its_arrow(self):
+        """With the GPU clock mapped slightly early, the flow ends on the GPU slice's END, after the launch began."""
+        early = make_span(1, "k", T0 + 5, T0 + 60, attributes=gpu_attributes(T0 + 10, 20, 55))
+        late = make_span(2, "k", T0 + 130, T0 + 190, attributes=gpu_attributes(T0 + 100, 20, 60))
+        same = make_span(3, "k", T0 + 300, T0 + 360, attributes=gpu_attributes(T0 + 300, 20, 60))
+        writer = TraceWriter()
+        decoded = decode_trace(None, data=writer.header() + writer.encode([early, late, same]))
+        assert decoded.errors == []
+        assert (decoded.flows_expected, decoded.flows_drawn) == (3, 3)
+
+    def test_gpu_work_ending_before_its_launch_gets_no_arrow_and_is_counted(self):
+        impossible = make_span(1, "k", T0, T0 + 10, attributes=gpu_attributes(T0 + 50, 20, 10))
+        writer = TraceWriter()
+        decoded = decode_trace(None, data=writer.header() + writer.encode([impossible]))
+        assert decoded.errors == [] and (decoded.flows_expected, decoded.flows_drawn) == (0, 0)
+        assert writer.flows_without_arrow == 1

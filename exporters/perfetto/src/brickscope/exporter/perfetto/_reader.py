@@ -250,6 +250,8 @@ class _Decoder:
             if stack:
                 piece = stack.pop()
                 if piece.ours:
+                    if event.terminating_flow_ids and piece.meta[META_SPAN_ID] in event.terminating_flow_ids:
+                        piece.meta["_gpu"] = True  # the launch flow ends here when the GPU began first
                     self.ended.append((uuid, piece.start, ts, piece))
                 else:  # a GPU span's launch slice (or another producer's slice)
                     for flow in piece.flows:

@@ -322,9 +322,11 @@ class EventEncoder:
         out.append(annotations)
         return b"".join(out)
 
-    def end(self, uuid: int) -> bytes:
-        """An encoded TYPE_SLICE_END TrackEvent on a track (cached per track)."""
+    def end(self, uuid: int, terminating_flow_ids: Sequence[int] = ()) -> bytes:
+        """An encoded TYPE_SLICE_END TrackEvent on a track (cached per track), ending flows if given."""
         encoded = self._ends.get(uuid)
         if encoded is None:
             encoded = self._ends[uuid] = _TYPE + varint(pb.TrackEvent.TYPE_SLICE_END) + _TRACK_UUID + varint(uuid)
+        if terminating_flow_ids:
+            encoded += b"".join(_TERMINATING_FLOW_ID + _PACK_FIXED64(flow) for flow in terminating_flow_ids)
         return encoded

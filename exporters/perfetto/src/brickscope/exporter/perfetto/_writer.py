@@ -28,7 +28,17 @@ Clock: timestamps are Unix-epoch nanoseconds, as OpenTelemetry's, declared on
 Packets use sequence-scoped incremental clocks (deltas of REALTIME) so most
 timestamps take one to three bytes. An incremental clock cannot go backwards and
 batches arrive in any order, so a batch that starts earlier than what was written
-continues on a second (third...) incremental clock, see ``_stamp``.
+continues on a second (third...) incremental clock, see ``_stamp``. The trace
+opens with a snapshot of the machine's real clocks (BOOTTIME, MONOTONIC...,
+``_clocks``), which the trace processor needs to relate its default BOOTTIME
+domain to REALTIME.
+
+Flows: a GPU span's flow starts on its launch slice and ends on its GPU slice.
+The trace processor draws a flow only if it sees the start first (events sorted
+by timestamp, file order for ties), so the end goes on the GPU slice's BEGIN
+when that is later than the launch's, else on its END; a GPU slice that ends
+before its launch begins (impossible but for bad clocks) gets no flow, counted in
+``flows_without_arrow``.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from opentelemetry.trace.status import StatusCode
 
 from brickscope.trace import attributes as A
 
+from ._clocks import clock_readings
 from ._interning import Interner, sanitize
 from ._lanes import LaneSet
 from ._schema import (
@@ -81,7 +92,9 @@ _SYNTHETIC_ID_BASE = 1 << 22
 _MAX_REMEMBERED_SPANS = 1 << 16  # span id -> where its slice went, for links
 _MIX = 0x9E3779B97F4A7C15
 _UINT_TAG = varint(3 << 3)  # DebugAnnotation.uint_value
-_MAX_CLOCKS = 64  # sequence-scoped clock ids are 64..127
+_MAX_CLOCKS = 63  # sequence-scoped clock ids 64..126 are incremental clocks
+# Sequence-scoped, non-incremental: only in the opening snapshot (see _clock_snapshot).
+_CLOCK_FILE_ANCHOR = 127
 
 
 class _Track:
@@ -114,7 +127,10 @@ class _Process:
 class _Slice:
     """One slice to write: a span's own slice or the host launch side of a GPU span."""
 
-    __slots__ = ("start", "end", "track", "uuid", "order", "span", "category", "main", "flows_out", "flows_in", "launch", "gpu")
+    __slots__ = (
+        "start", "end", "track", "uuid", "order", "span", "category", "main",
+        "flows_out", "flows_in", "flows_in_at_end", "launch", "gpu",
+    )  # fmt: skip
 
     def __init__(self, start: int, end: int, track: _Track, span: ReadableSpan, main: bool) -> None:
         self.start = start
@@ -127,6 +143,8 @@ class _Slice:
         self.category: str | None = None
         self.flows_out: list[int] | None = None
         self.flows_in: list[int] | None = None
+        # The flows end on this slice's END event: its BEGIN is not after the launch's.
+        self.flows_in_at_end = False
         self.launch: _Slice | None = None  # a GPU span's host launch slice
         self.gpu = False  # a GPU-timed span's own slice (on a stream track)
 
@@ -175,12 +193,17 @@ class TraceWriter:
         self._written: dict[int, tuple[int, int]] = {}  # span id -> (lane uuid, start)
         self._awaited: dict[int, list[int]] = {}  # span id -> link flow ids waiting for it
         self.skipped_spans = 0
+        #: GPU spans whose GPU interval ends before their launch starts (bad clocks or
+        #: data): written with their launch slice but no flow, attributes kept explicit
+        self.flows_without_arrow = 0
 
     # --- public ---------------------------------------------------------------------
 
     def header(self) -> bytes:
-        """The first packet of the sequence: clears incremental state, sets defaults."""
-        return frame(self._reset_packet(first=True).SerializeToString())
+        """The first packets of the sequence: clears incremental state, sets defaults, relates the clocks."""
+        return frame(self._reset_packet(first=True).SerializeToString()) + frame(
+            self._clock_snapshot().SerializeToString()
+        )
 
     def encode(self, spans: Sequence[ReadableSpan]) -> bytes:
         """Complete packets for one batch; appended to a trace, it stays a valid trace."""
@@ -227,7 +250,7 @@ class TraceWriter:
             elif phase == 0:
                 event = self._begin(ts, item)
             else:
-                event = self._events.end(item.uuid)
+                event = self._events.end(item.uuid, item.flows_in if item.flows_in_at_end else ())
             timestamp = self._stamp(ts, out)
             interned = self._interner.take()
             out.append(self._events.packet(timestamp, event, interned.SerializeToString() if interned else None))
@@ -258,14 +281,32 @@ class TraceWriter:
             packet.first_packet_on_sequence = True
         return packet
 
+    def _clock_snapshot(self) -> pb.TracePacket:
+        """Real readings of the machine's clocks, REALTIME named the trace time (see ``_clocks``).
+
+        The sequence's own anchor clock (127, equal to the REALTIME reading) makes the
+        set of clocks of this snapshot unique to the file: the trace processor checks
+        that each clock moves forward between snapshots of the same set, and two files
+        merged into one, from two machines, need not have ordered readings.
+        """
+        packet = pb.TracePacket(trusted_packet_sequence_id=self.sequence_id)
+        snapshot = packet.clock_snapshot
+        snapshot.primary_trace_clock = CLOCK_REALTIME
+        readings = clock_readings()
+        for clock_id, timestamp in readings:
+            snapshot.clocks.add(clock_id=clock_id, timestamp=timestamp)
+        realtime = dict(readings)[CLOCK_REALTIME]
+        snapshot.clocks.add(clock_id=_CLOCK_FILE_ANCHOR, timestamp=realtime)
+        return packet
+
     def _stamp(self, ts: int, out: list[bytes]) -> bytes:
         """Timestamp fields for an event at ``ts``, as a delta on an incremental clock.
 
         An incremental clock cannot go backwards, and batches arrive in any order,
-        so the sequence keeps up to 64 of them (ids 64..127, each started by its own
+        so the sequence keeps up to 63 of them (ids 64..126, each started by its own
         ClockSnapshot): an event uses the default clock (64) if it can, else the
         clock whose last timestamp is closest below it (three bytes more for the
-        clock id), else a new clock; with all 64 in use it falls back to an
+        clock id), else a new clock; with all 63 in use it falls back to an
         absolute REALTIME timestamp.
         """
         clocks = self._clocks
@@ -326,7 +367,7 @@ class TraceWriter:
             name_iid,
             categories,
             piece.flows_out or (),
-            piece.flows_in or (),
+            () if piece.flows_in_at_end else piece.flows_in or (),
             correlation,
             annotations + self._meta(span, implied),
         )
@@ -402,9 +443,13 @@ class TraceWriter:
             if _is_int(host_start) and _is_int(host_duration) and host_start >= 0:
                 launch = _Slice(host_start, host_start + max(host_duration, 0), self._host_track(process, attributes), span, False)
                 launch.category = category
-                launch.flows_out = [span.context.span_id]
-                main.flows_in = [span.context.span_id]
-                main.launch = launch
+                if end > host_start:
+                    launch.flows_out = [span.context.span_id]
+                    main.flows_in = [span.context.span_id]
+                    main.flows_in_at_end = start <= host_start
+                    main.launch = launch
+                else:  # GPU work that ended before its launch began: no arrow can point forward
+                    self.flows_without_arrow += 1
                 slices.append(launch)
             main.gpu = True
         else:
