@@ -16,6 +16,7 @@ import atexit
 import logging
 import os
 import sys
+import threading
 from typing import Any
 
 from opentelemetry import metrics as otel_metrics
@@ -95,9 +96,16 @@ class Session:
         """
         if self._closed:
             return
-        self._closed = True
         if _state.configured is self.sync_processor.recorder:
             _state.configured = _state.recorder = None
+        self._retire(timeout_millis)
+
+    def _retire(self, timeout_millis: int = 30000) -> None:
+        """Shut this session down once scopes no longer record into it (shutdown, or a newer
+        configure() that already switched them over)."""
+        if self._closed:
+            return
+        self._closed = True
         self.sync_processor.shutdown(timeout_millis)
         _remove_processors(self.tracer_provider, (self.sync_processor, self.aggregator))
         if self._environment_context is not None:
@@ -110,6 +118,8 @@ class Session:
 
 
 _session: Session | None = None
+_configure_lock = threading.RLock()  # one configure() or shutdown() at a time
+_warned: set[str] = set()
 
 
 def configure(
@@ -166,72 +176,93 @@ def configure(
     .. versionadded:: 0.1.0
     """
     global _session
-    sync_mode = _choice("sync mode", sync_mode, env.BRICKSCOPE_SYNC_MODE, "deferred", SYNC_MODES)
-    clock = _choice("clock", clock, env.BRICKSCOPE_CLOCK, "auto", CLOCKS)
-    if enabled is None:
-        enabled = not _env_flag(env.BRICKSCOPE_DISABLE)
-    sdk_disabled = _environment.sdk_disabled()
-    if sdk_disabled:  # OpenTelemetry is off for every signal: brickscope records nothing
-        enabled = False
-    else:  # bad OTEL_* values fail here, before anything is registered
-        builds_meter_provider = not isinstance(otel_metrics.get_meter_provider(), SdkMeterProvider)
-        _environment.validate(
-            traces=tracer_provider is None and not isinstance(otel_trace.get_tracer_provider(), TracerProvider),
-            metrics=meter_provider is None and aggregate and builds_meter_provider,
-        )
-    if max_pending is None:
-        raw = os.environ.get(env.BRICKSCOPE_MAX_PENDING, "16384")
-        try:
-            max_pending = int(raw)
-        except ValueError:
-            raise ValueError(f"brickscope: {env.BRICKSCOPE_MAX_PENDING}={raw!r} is not an int") from None
-    owns_provider = False
-    if tracer_provider is None:
-        tracer_provider = otel_trace.get_tracer_provider()
-        if not isinstance(tracer_provider, TracerProvider):
-            tracer_provider = (
-                TracerProvider()
-                if sdk_disabled
-                else _environment.tracer_provider_from_environment(
-                    _resource.create_resource(), min_queue_size=max_pending
-                )
+    with _configure_lock:
+        # 1. Validate every argument and environment value: nothing is touched yet.
+        sync_mode = _choice("sync mode", sync_mode, env.BRICKSCOPE_SYNC_MODE, "deferred", SYNC_MODES)
+        clock = _choice("clock", clock, env.BRICKSCOPE_CLOCK, "auto", CLOCKS)
+        if enabled is None:
+            enabled = not _env_flag(env.BRICKSCOPE_DISABLE)
+        if max_pending is None:
+            max_pending = _env_int(env.BRICKSCOPE_MAX_PENDING, 16384)
+        _check_bounds(max_pending, max_delay_millis)
+        if tracer_provider is not None and not isinstance(tracer_provider, TracerProvider):
+            raise TypeError(
+                "brickscope: tracer_provider must be an opentelemetry.sdk.trace.TracerProvider, "
+                f"got {type(tracer_provider).__name__}"
             )
+        sdk_disabled = _environment.sdk_disabled()
+        if sdk_disabled:  # OpenTelemetry is off for every signal: brickscope records nothing
+            enabled = False
+        else:  # bad OTEL_* values fail here, before anything is registered
+            builds_meter_provider = not isinstance(otel_metrics.get_meter_provider(), SdkMeterProvider)
+            _environment.validate(
+                traces=tracer_provider is None and not isinstance(otel_trace.get_tracer_provider(), TracerProvider),
+                metrics=meter_provider is None and aggregate and builds_meter_provider,
+            )
+
+        # 2. Build the new pipeline, still registering nothing global (a bad clock="cuda" fails here).
+        register_provider = False
+        if tracer_provider is None:
+            tracer_provider = otel_trace.get_tracer_provider()
+            if not isinstance(tracer_provider, TracerProvider):
+                tracer_provider = (
+                    TracerProvider()
+                    if sdk_disabled
+                    else _environment.tracer_provider_from_environment(
+                        _resource.create_resource(), min_queue_size=max_pending
+                    )
+                )
+                register_provider = True
+                if not sdk_disabled and not os.environ.get("OTEL_TRACES_EXPORTER", "").strip():
+                    _warn_once(
+                        "no_exporter",
+                        "brickscope: OTEL_TRACES_EXPORTER is unset and no TracerProvider was given: spans go "
+                        "nowhere (set it to otlp, console, perfetto or flamegraph, or to none to silence this)",
+                    )
+        timer, fallback_reason = (None, None) if sync_mode == "none" or sdk_disabled else _make_timer(clock, enabled)
+        _resource.extend_provider_resource(
+            tracer_provider, {**_resource.process_attributes(), **_resource.gpu_attributes(timer)}
+        )
+        sync_processor = GpuSyncSpanProcessor(
+            tracer_provider,
+            sync_mode=sync_mode,
+            timer=timer,
+            max_pending=max_pending,
+            max_delay_millis=max_delay_millis,
+            propagate_context=propagate_context,
+            time_kernels=time_kernels,
+        )
+        built_meter_provider = None
+        if meter_provider is None and aggregate and not sdk_disabled:
+            meter_provider = built_meter_provider = _meter_provider_from_environment(tracer_provider.resource)
+        aggregator = CategoryAggregator(meter_provider) if aggregate else None
+
+        # 3. Act: register, install, switch scopes over in one assignment, retire the old session.
+        owns_provider = False
+        if register_provider:
             otel_trace.set_tracer_provider(tracer_provider)
             owns_provider = otel_trace.get_tracer_provider() is tracer_provider
-    elif not isinstance(tracer_provider, TracerProvider):
-        raise TypeError(
-            "brickscope: tracer_provider must be an opentelemetry.sdk.trace.TracerProvider, "
-            f"got {type(tracer_provider).__name__}"
-        )
-
-    timer, fallback_reason = (None, None) if sync_mode == "none" else _make_timer(clock)
-    _resource.extend_provider_resource(
-        tracer_provider, {**_resource.process_attributes(), **_resource.gpu_attributes(timer)}
-    )
-    sync_processor = GpuSyncSpanProcessor(
-        tracer_provider,
-        sync_mode=sync_mode,
-        timer=timer,
-        max_pending=max_pending,
-        max_delay_millis=max_delay_millis,
-        propagate_context=propagate_context,
-        time_kernels=time_kernels,
-    )
-    if meter_provider is None and aggregate and not sdk_disabled:
-        meter_provider = _meter_provider_from_environment(tracer_provider.resource)
-    aggregator = CategoryAggregator(meter_provider) if aggregate else None
-
-    if _session is not None:
-        _session.shutdown()
-    _install_first(tracer_provider, sync_processor)
-    if aggregator is not None:
-        tracer_provider.add_span_processor(aggregator)
-    _session = Session(tracer_provider, sync_processor, aggregator, owns_provider, fallback_reason)
-    _state.configured = sync_processor.recorder
-    _state.recorder = sync_processor.recorder if enabled else None
-    _guard_torch_compile()
-    _session._environment_context = propagation._attach_environment_context()  # noqa: SLF001
-    return _session
+        if built_meter_provider is not None:
+            otel_metrics.set_meter_provider(built_meter_provider)
+        _install_first(tracer_provider, sync_processor)
+        if aggregator is not None:
+            tracer_provider.add_span_processor(aggregator)
+        previous = _session
+        if previous is not None and previous.tracer_provider is tracer_provider and previous._owns_provider:
+            owns_provider, previous._owns_provider = True, False  # the provider lives on in the new session
+        _session = Session(tracer_provider, sync_processor, aggregator, owns_provider, fallback_reason)
+        _state.configured = sync_processor.recorder
+        _state.recorder = sync_processor.recorder if enabled else None
+        _guard_torch_compile()
+        if previous is not None:
+            _warn_once(
+                "reconfigured",
+                "brickscope: configure() called again: the previous session is flushed and replaced "
+                "(scopes still open in it are emitted when they end)",
+            )
+            previous._retire()
+        _session._environment_context = propagation._attach_environment_context()  # noqa: SLF001
+        return _session
 
 
 def _guard_torch_compile() -> None:
@@ -255,9 +286,10 @@ def disable() -> None:
 def shutdown(timeout_millis: int = 30000) -> None:
     """Shut the current session down (see :meth:`Session.shutdown`). Idempotent."""
     global _session
-    if _session is not None:
-        _session.shutdown(timeout_millis)
-        _session = None
+    with _configure_lock:
+        if _session is not None:
+            _session.shutdown(timeout_millis)
+            _session = None
 
 
 def current_session() -> Session | None:
@@ -266,19 +298,21 @@ def current_session() -> Session | None:
 
 
 def _meter_provider_from_environment(resource: Any) -> otel_metrics.MeterProvider | None:
-    """The global MeterProvider if it is an SDK one; else one built from ``OTEL_METRICS_EXPORTER``
-    with the spans' resource and registered globally; None when the variable names nothing."""
+    """None if the global MeterProvider is an SDK one (the aggregator uses it); else one built
+    from ``OTEL_METRICS_EXPORTER`` with the spans' resource, for configure() to register;
+    None when the variable names nothing."""
     current = otel_metrics.get_meter_provider()
     if isinstance(current, SdkMeterProvider):
         return None
-    built = _environment.meter_provider_from_environment(resource)
-    if built is not None:
-        otel_metrics.set_meter_provider(built)
-    return built
+    return _environment.meter_provider_from_environment(resource)
 
 
-def _make_timer(clock: str) -> tuple[Any, str | None]:
-    """A CudaTimer for ``cuda``/``auto``, or (None, why not)."""
+def _make_timer(clock: str, enabled: bool) -> tuple[Any, str | None]:
+    """A CudaTimer for ``cuda``/``auto``, or (None, why not).
+
+    ``auto`` without usable CUDA logs one line, once per process and only when scopes
+    record; the full reason is ``Session.clock_fallback_reason``.
+    """
     if clock == "host":
         return None, None
     try:
@@ -287,15 +321,17 @@ def _make_timer(clock: str) -> tuple[Any, str | None]:
         reason = f"brickscope's GPU layer is unavailable: {exc}"
         if clock == "cuda":
             raise ValueError(f"brickscope: clock='cuda' requested but {reason}") from exc
-        logger.warning("brickscope: timing on the host clock: %s", reason)
-        return None, reason
-    try:
-        return CudaTimer(host_ns=host_ns), None
-    except CudaUnavailable as exc:
-        if clock == "cuda":
-            raise ValueError(f"brickscope: clock='cuda' requested but CUDA is unusable: {exc.reason}") from exc
-        logger.warning("brickscope: no usable CUDA driver/device (%s); timing on the host clock", exc.reason)
-        return None, exc.reason
+    else:
+        try:
+            return CudaTimer(host_ns=host_ns), None
+        except CudaUnavailable as exc:
+            if clock == "cuda":
+                raise ValueError(f"brickscope: clock='cuda' requested but CUDA is unusable: {exc.reason}") from exc
+            reason = exc.reason
+    if enabled:
+        _warn_once("no_cuda", "brickscope: no usable CUDA; timing on the host clock (see session.clock_fallback_reason)")
+    logger.debug("brickscope: host clock: %s", reason)
+    return None, reason
 
 
 def _install_first(provider: TracerProvider, processor: GpuSyncSpanProcessor) -> None:
@@ -332,6 +368,35 @@ def _forget_after_fork() -> None:
 atexit.register(_flush_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def _check_bounds(max_pending: object, max_delay_millis: object) -> None:
+    if not isinstance(max_pending, int) or isinstance(max_pending, bool) or max_pending < 1:
+        raise ValueError(f"brickscope: max_pending must be a positive int, got {max_pending!r}")
+    if (
+        not isinstance(max_delay_millis, (int, float))
+        or isinstance(max_delay_millis, bool)
+        or not max_delay_millis > 0
+        or max_delay_millis != max_delay_millis
+    ):
+        raise ValueError(f"brickscope: max_delay_millis must be a number > 0, got {max_delay_millis!r}")
+
+
+def _env_int(variable: str, default: int) -> int:
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"brickscope: {variable}={raw!r} is not an int") from None
+
+
+def _warn_once(key: str, message: str, *args: object) -> None:
+    """Log a warning the first time ``key`` comes up in this process."""
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning(message, *args)
 
 
 def _choice(what: str, value: str | None, variable: str, default: str, allowed: tuple[str, ...]) -> str:

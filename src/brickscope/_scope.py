@@ -205,7 +205,7 @@ class Brick(_Scope):
             or not name
             or type(elements) is not int
             or elements < 0
-            or (category is not None and type(category) is not str)
+            or (category is not None and (type(category) is not str or not category))
         ):
             _check_brick(name, category, elements)
         if stream is not None:
@@ -502,10 +502,11 @@ def enter_scope(scope: Any) -> ScopeToken:
         _misuse("enter_scope_type", "brickscope: enter_scope() expects a brick, kernel, layer or step scope, got %r", scope)
         return _INERT
     try:
-        return recorder.open(scope)
+        token = recorder.open(scope)
     except Exception:
         _enter_failed(recorder)
         return _INERT
+    return _INERT if token is None else token
 
 
 def exit_scope(token: ScopeToken, error: BaseException | None = None) -> None:

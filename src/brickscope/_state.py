@@ -7,13 +7,34 @@ which is what a disabled or not-yet-configured brickscope costs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+import logging
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from brickscope.trace._recorder import Recorder
 
-#: The Recorder scopes record into; None when disabled or unconfigured.
-recorder: Recorder | None = None
+
+class _NotConfigured:
+    """The recorder until configure() is first called: the first scope entered logs one
+    warning and turns scopes off (``recorder = None``), so a forgotten configure() is
+    said once and costs nothing afterwards."""
+
+    def open(self, owner: Any, opener: Any = None) -> None:
+        global recorder
+        if recorder is self:
+            recorder = None
+            logging.getLogger("brickscope").warning(
+                "brickscope: a scope was entered before brickscope.configure(); "
+                "scopes record nothing until it is called (logged once)"
+            )
+
+    def count(self, what: str) -> None:
+        """Nothing is recorded, so nothing is counted."""
+
+
+#: The Recorder scopes record into; None when disabled, shut down, or after the
+#: not-configured warning.
+recorder: Recorder | _NotConfigured | None = _NotConfigured()
 #: The configured recorder, kept while disabled so enable() can restore it.
 configured: Recorder | None = None
 #: ``torch.compiler.is_compiling`` once torch is in use (set by brickscope.torch, or by

@@ -92,6 +92,7 @@ def reset_globals() -> None:
     _catalog.reset()
     _scope._warned.clear()  # noqa: SLF001 - so each test sees its own once-only warnings
     _scope_data._warned.clear()  # noqa: SLF001
+    _config._warned.clear()  # noqa: SLF001
     _record.TOP.set(None)
 
 

@@ -30,6 +30,8 @@ NAMES = (
     "closed_after_shutdown",
     "scope_repairs",
     "scope_data_dropped",
+    "spans_dropped",
+    "span_build_errors",
 )
 
 

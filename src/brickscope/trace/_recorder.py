@@ -186,7 +186,10 @@ class Recorder:
         """Pop ``rec`` and queue it for resolution; a sync point if the policy says so."""
         end = perf_counter_ns()
         if rec.start_mark >= 0:
-            rec.end_mark = self.timer.mark(rec.stream)
+            try:
+                rec.end_mark = self.timer.mark(rec.stream)
+            except Exception as exc:  # a timer closed by a reconfigure, a driver fault: host timing
+                rec.gpu_error = getattr(exc, "code_name", type(exc).__name__)
         rec.host_end = end
         rec.ended = True
         rec.opener = None  # only open records are looked up; and no entry <-> record cycle

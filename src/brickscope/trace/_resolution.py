@@ -69,7 +69,14 @@ class Resolver:
                 rec = pending.popleft()
                 if rec.end_mark >= 0:
                     rec.gpu_error = "unresolved_at_shutdown"
-                self._downstream.emit(self._builder.build(rec))
+                try:
+                    built = self._builder.build(rec)
+                except Exception:
+                    self._counts["spans_dropped"] += 1
+                    self._counts["span_build_errors"] += 1
+                    self._counters.log_once("build", "brickscope: building a span failed; it is dropped")
+                    continue
+                self._downstream.emit(built)
                 self._counts["spans_emitted"] += 1
 
     def _synchronize(self, stream: Any) -> None:
@@ -98,7 +105,14 @@ class Resolver:
                 if rec.end_mark >= 0 and not self._gpu_ready(timer, rec, block, deadline):
                     return False
                 pending.popleft()
-                emit(build(rec), processors)
+                try:
+                    built = build(rec)
+                except Exception:  # a record that cannot become a span is dropped, counted
+                    self._counts["spans_dropped"] += 1
+                    self._counts["span_build_errors"] += 1
+                    self._counters.log_once("build", "brickscope: building a span failed; it is dropped")
+                    continue
+                emit(built, processors)
                 emitted += 1
                 if queues and emitted % _PACE_EVERY == 0 and not downstream.pace(queues, pace_deadline):
                     queues = []  # the exporter is not keeping up: stop waiting for it
