@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 from opentelemetry import metrics as otel_metrics
@@ -27,6 +28,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from brickscope import _environment, _record, _resource, _state, propagation
 from brickscope._clock import host_ns
 from brickscope import environment_variables as env
+from brickscope.trace import _delivery
 from brickscope.trace._aggregation import CategoryAggregator
 from brickscope.trace._sync import SYNC_MODES, GpuSyncSpanProcessor
 
@@ -86,13 +88,26 @@ class Session:
         return self.sync_processor.stats()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Emit everything pending, then flush the provider's exporters."""
-        return self.sync_processor.force_flush(timeout_millis) and self.tracer_provider.force_flush(timeout_millis)
+        """Emit everything pending, then flush the provider's exporters, all within
+        ``timeout_millis``. False when something is still pending or being exported at the
+        deadline (``stats()["export_timeouts"]`` counts it; nothing is dropped by a flush).
+        """
+        deadline = time.monotonic() + timeout_millis / 1e3
+        resolved = self.sync_processor.force_flush(timeout_millis)
+        remaining = max(0.0, deadline - time.monotonic())
+        flushed = _finishes_within(remaining, self.tracer_provider.force_flush, int(remaining * 1e3))
+        if flushed is None:
+            self.sync_processor.counters.add("export_timeouts")
+            _warn_once("flush_timeout", "brickscope: force_flush: the exporters did not finish within %d ms", timeout_millis)
+        return resolved and bool(flushed)
 
     def shutdown(self, timeout_millis: int = 30000) -> None:
         """Emit everything pending, remove brickscope's processors, turn scopes off.
 
-        Shuts the provider down too when configure() created it. Idempotent.
+        Shuts the provider down too when configure() created it (else flushes it), all
+        within ``timeout_millis``. What is not exported by then is counted dropped
+        (``stats()["dropped_at_shutdown"]``), so afterwards
+        ``spans_produced == spans_exported + spans_dropped``. Idempotent.
         """
         if self._closed:
             return
@@ -106,15 +121,28 @@ class Session:
         if self._closed:
             return
         self._closed = True
+        deadline = time.monotonic() + timeout_millis / 1e3
         self.sync_processor.shutdown(timeout_millis)
         _remove_processors(self.tracer_provider, (self.sync_processor, self.aggregator))
         if self._environment_context is not None:
             propagation._detach_environment_context(self._environment_context)  # noqa: SLF001
             self._environment_context = None
+        remaining = max(0.0, deadline - time.monotonic())
         if self._owns_provider:
-            self.tracer_provider.shutdown()
+            done = _finishes_within(remaining, self.tracer_provider.shutdown)
         else:
-            self.tracer_provider.force_flush(timeout_millis)
+            done = _finishes_within(remaining, self.tracer_provider.force_flush, int(remaining * 1e3))
+        counters = self.sync_processor.counters
+        if done is None:
+            counters.add("export_timeouts")
+        lost = _delivery.settle(self.tracer_provider, counters)
+        if lost:
+            _warn_once(
+                "shutdown_lost",
+                "brickscope: shutdown: %d spans were not exported within %d ms and are counted dropped",
+                lost,
+                timeout_millis,
+            )
 
 
 _session: Session | None = None
@@ -245,6 +273,7 @@ def configure(
         if built_meter_provider is not None:
             otel_metrics.set_meter_provider(built_meter_provider)
         _install_first(tracer_provider, sync_processor)
+        _delivery.wrap_exporters(tracer_provider, sync_processor.counters)
         if aggregator is not None:
             tracer_provider.add_span_processor(aggregator)
         previous = _session
@@ -347,13 +376,40 @@ def _remove_processors(provider: TracerProvider, processors: tuple) -> None:
         multi._span_processors = tuple(p for p in multi._span_processors if p not in processors)  # noqa: SLF001
 
 
+#: The most interpreter exit waits for brickscope: pending scopes resolved and exported.
+EXIT_TIMEOUT_MILLIS = 5000
+
+
 def _flush_at_exit() -> None:
-    """Interpreter exit: emit the open session's pending scopes (registered once)."""
+    """Interpreter exit: shut the open session down within EXIT_TIMEOUT_MILLIS (registered once).
+
+    Providers configure() builds do not register the SDK's own exit handler (which waits up
+    to 30 s per processor); this shuts them down instead, and says what did not make it.
+    """
     live = _session
     if live is not None and not live._closed:  # noqa: SLF001
-        live.sync_processor.force_flush(5000)
-        if live.tracer_provider._atexit_handler is None:  # noqa: SLF001 - provider will not flush itself
-            live.tracer_provider.force_flush(5000)
+        live.shutdown(EXIT_TIMEOUT_MILLIS)
+
+
+def _finishes_within(seconds: float, call: Any, *args: Any) -> Any:
+    """``call(*args)``'s result if it returns within ``seconds``, else None (it goes on in a
+    daemon thread: an exporter blocked on a dead collector cannot be interrupted)."""
+    result: list[Any] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            result.append(call(*args))
+        except Exception:
+            logger.exception("brickscope: %s failed", getattr(call, "__qualname__", call))
+            result.append(False)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="brickscope-deadline", daemon=True).start()
+    if not done.wait(seconds):
+        return None
+    return result[0] if result[0] is not None else True
 
 
 def _forget_after_fork() -> None:

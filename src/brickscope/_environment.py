@@ -113,7 +113,11 @@ def tracer_provider_from_environment(resource: Resource, *, min_queue_size: int 
             or a bad sampler argument; the message names the variable.
     """
     exporters = _exporter_classes("traces")
-    provider = TracerProvider(resource=resource, sampler=_sampler(), id_generator=_id_generator())
+    # No SDK exit handler (it waits up to 30 s per processor): configure() shuts the
+    # provider down at exit within its own deadline.
+    provider = TracerProvider(
+        resource=resource, sampler=_sampler(), id_generator=_id_generator(), shutdown_on_exit=False
+    )
     queue = None if os.environ.get(OTEL_BSP_MAX_QUEUE_SIZE) else max(_SDK_DEFAULT_QUEUE, min_queue_size)
     for exporter_class in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter_class(), max_queue_size=queue))

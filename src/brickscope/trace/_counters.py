@@ -32,6 +32,15 @@ NAMES = (
     "scope_data_dropped",
     "spans_dropped",
     "span_build_errors",
+    "spans_produced",
+    "spans_exported",
+    "dropped_queue_full",
+    "dropped_after_shutdown",
+    "dropped_export_failed",
+    "dropped_at_shutdown",
+    "export_timeouts",
+    "gpu_fallbacks",
+    "sync_timeouts",
 )
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from brickscope._record import Record
 from brickscope.trace._counters import Counters
 from brickscope.trace._recorder import Recorder
-from brickscope.trace._sdk import Downstream
+from brickscope.trace._sdk import BATCH, SIMPLE, Downstream
 from brickscope.trace._spans import SpanBuilder
 
 _PACE_EVERY = 128  # spans emitted between looks at the downstream queues
@@ -72,12 +72,19 @@ class Resolver:
                 try:
                     built = self._builder.build(rec)
                 except Exception:
-                    self._counts["spans_dropped"] += 1
-                    self._counts["span_build_errors"] += 1
-                    self._counters.log_once("build", "brickscope: building a span failed; it is dropped")
+                    self._build_failed(self._downstream.processors())
                     continue
                 self._downstream.emit(built)
                 self._counts["spans_emitted"] += 1
+
+    def _build_failed(self, processors: tuple) -> None:
+        """A record that could not become a span: produced and dropped once per export
+        pipeline it was meant for (once if there is none), counted, logged once."""
+        pipelines = max(1, sum(1 for _, kind, _ in processors if kind in (SIMPLE, BATCH)))
+        self._counts["span_build_errors"] += 1
+        self._counts["spans_produced"] += pipelines
+        self._counts["spans_dropped"] += pipelines
+        self._counters.log_once("build", "brickscope: building a span failed; it is dropped")
 
     def _synchronize(self, stream: Any) -> None:
         """Wait for a stream (immediate/per_layer); a failure is left to the records to report."""
@@ -108,9 +115,7 @@ class Resolver:
                 try:
                     built = build(rec)
                 except Exception:  # a record that cannot become a span is dropped, counted
-                    self._counts["spans_dropped"] += 1
-                    self._counts["span_build_errors"] += 1
-                    self._counters.log_once("build", "brickscope: building a span failed; it is dropped")
+                    self._build_failed(processors)
                     continue
                 emit(built, processors)
                 emitted += 1

@@ -14,11 +14,12 @@ import time
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.sampling import Decision, ParentBased, StaticSampler
 
 from brickscope.trace._aggregation import CategoryAggregator
 from brickscope.trace._counters import Counters
+from brickscope.trace._spans import INSTRUMENTATION_SCOPE
 
 
 def provider_processors(provider: TracerProvider) -> tuple:
@@ -44,6 +45,30 @@ def static_root_decision(sampler: Any) -> bool | None:
     return None
 
 
+OTHER, AGGREGATOR, SIMPLE, BATCH = 0, 1, 2, 3
+
+
+def _kind(processor: SpanProcessor) -> tuple[SpanProcessor, int, Any]:
+    if isinstance(processor, CategoryAggregator):
+        return processor, AGGREGATOR, None
+    if isinstance(processor, SimpleSpanProcessor) and _counted(processor.span_exporter):
+        return processor, SIMPLE, None
+    if isinstance(processor, BatchSpanProcessor) and hasattr(processor, "_batch_processor"):
+        batch = processor._batch_processor  # noqa: SLF001
+        if _counted(batch._exporter):  # noqa: SLF001
+            return processor, BATCH, batch
+    return processor, OTHER, None
+
+
+def _counted(exporter: Any) -> bool:
+    """Whether ``exporter`` counts deliveries (a ``_delivery.CountingExporter``)."""
+    return getattr(exporter, "counts_deliveries", False) is True
+
+
+def _is_ours(span: Any) -> bool:
+    return getattr(span, "instrumentation_scope", None) is INSTRUMENTATION_SCOPE
+
+
 class Downstream:
     """The provider's processors after brickscope's: resolved spans go to each of them."""
 
@@ -53,31 +78,46 @@ class Downstream:
         self._counters = counters
         self._counts = counters.values
 
-    def processors(self) -> tuple[tuple[SpanProcessor, bool], ...]:
-        """The provider's processors other than ours, in order, each with whether it is
-        a CategoryAggregator (fed through its ``fold`` fast path). Look up once per batch."""
+    def processors(self) -> tuple[tuple[SpanProcessor, int, Any], ...]:
+        """The provider's processors other than ours, in order, each with its kind
+        (:data:`OTHER`, :data:`AGGREGATOR`, fed through its ``fold`` fast path, or an
+        export pipeline whose exporter counts deliveries: :data:`SIMPLE`, :data:`BATCH`,
+        with the batch queue). Look up once per batch of spans."""
         own = self._own
-        return tuple(
-            (p, isinstance(p, CategoryAggregator)) for p in provider_processors(self._provider) if p is not own
-        )
+        return tuple(_kind(p) for p in provider_processors(self._provider) if p is not own)
 
     def emit(self, built: tuple[ReadableSpan, dict[str, Any]], processors: tuple | None = None) -> None:
         """Hand an ended span to every downstream processor, isolating their faults.
 
         A CategoryAggregator gets the attributes dict we just built along with the span,
-        sparing it a read-only view and six lookups through it per span.
+        sparing it a read-only view and six lookups through it per span. Export pipelines
+        count the span produced, and dropped when the SDK will not keep it: its queue is
+        full (the SDK drops the oldest span: counted when that one is ours) or shut down.
         """
         span, attributes = built
         if processors is None:
             processors = self.processors()
-        for processor, aggregator in processors:
+        counts = self._counts
+        for processor, kind, batch in processors:
             try:
-                if aggregator:
+                if kind == AGGREGATOR:
                     processor.fold(span, attributes)
-                else:
-                    processor.on_end(span)
+                    continue
+                if kind:
+                    counts["spans_produced"] += 1
+                    if kind == BATCH:
+                        queue = batch._queue  # noqa: SLF001
+                        if batch._shutdown:  # noqa: SLF001 - emit() ignores the span
+                            counts["spans_dropped"] += 1
+                            counts["dropped_after_shutdown"] += 1
+                        elif len(queue) >= batch._max_queue_size and _is_ours(queue[-1]):  # noqa: SLF001
+                            counts["spans_dropped"] += 1
+                            counts["dropped_queue_full"] += 1
+                processor.on_end(span)
             except Exception:  # opentelemetry-python#5624: never let one reach the app
                 self._counts["processor_errors"] += 1
+                if kind:
+                    counts["spans_dropped"] += 1
                 self._counters.log_once(f"on_end:{type(processor).__name__}", "brickscope: a span processor failed")
 
     def batch_queues(self) -> list[Any]:

@@ -48,7 +48,8 @@ from brickscope.trace.attributes import (
 from brickscope.version import __version__
 
 _UNSET = Status(StatusCode.UNSET)
-_INSTRUMENTATION_SCOPE = InstrumentationScope("brickscope", __version__)
+#: The instrumentation scope of every span brickscope builds (one object: identity tells ours).
+INSTRUMENTATION_SCOPE = InstrumentationScope("brickscope", __version__)
 
 
 class SpanBuilder:
@@ -161,7 +162,7 @@ class SpanBuilder:
             status=status,
             start_time=start,
             end_time=end,
-            instrumentation_scope=_INSTRUMENTATION_SCOPE,
+            instrumentation_scope=INSTRUMENTATION_SCOPE,
         )
         return span, attributes
 

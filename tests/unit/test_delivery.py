@@ -1,0 +1,200 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Every span brickscope produces is counted exported or dropped; flush, shutdown and exit keep
+their deadlines while an exporter is stuck. The exporters here are driven by the test (blocked
+until released, failing on purpose), so no figure depends on timing; elapsed-time checks are
+hang guards only, far above the deadlines."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+import brickscope as bs
+
+HANG_GUARD_S = 20.0
+
+
+class DrivenExporter(SpanExporter):
+    """Blocks each export until ``release`` is set; fails the batches ``fail`` says."""
+
+    def __init__(self, fail=lambda batch_number: False, blocked=True) -> None:
+        self.release = threading.Event()
+        if not blocked:
+            self.release.set()
+        self.exporting = threading.Event()
+        self.fail = fail
+        self.batches = 0
+        self.delivered = []  # spans of the batches that succeeded
+
+    def export(self, spans):
+        self.exporting.set()
+        self.release.wait()
+        self.batches += 1
+        if self.fail(self.batches):
+            return SpanExportResult.FAILURE
+        self.delivered.extend(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self):
+        self.release.set()
+
+
+@pytest.fixture
+def exporters():
+    made = []
+    yield made
+    for exporter in made:  # never leave a worker thread blocked behind the test
+        exporter.release.set()
+
+
+def ours(spans):
+    return [s for s in spans if s.instrumentation_scope.name == "brickscope"]
+
+
+def books(stats):
+    return stats["spans_produced"], stats["spans_exported"], stats["spans_dropped"]
+
+
+class TestDeadlines:
+    def test_force_flush_and_shutdown_return_by_their_deadline_and_count_what_was_lost(self, exporters):
+        exporter = DrivenExporter()
+        exporters.append(exporter)
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(exporter, max_export_batch_size=4, schedule_delay_millis=60_000))
+        session = bs.configure(provider, clock="host")
+        for _ in range(10):
+            with bs.brick("rms_norm"):
+                pass
+        session.sync()  # 10 spans queued: the 4th wakes the worker, which takes 4 and blocks
+        assert exporter.exporting.wait(HANG_GUARD_S)
+
+        started = time.monotonic()
+        assert session.force_flush(timeout_millis=200) is False
+        stats = session.stats()
+        assert stats["export_timeouts"] == 1
+        assert books(stats) == (10, 0, 0)  # a flush that times out drops nothing
+
+        session.shutdown(timeout_millis=200)
+        assert time.monotonic() - started < HANG_GUARD_S
+        stats = session.stats()
+        assert stats["export_timeouts"] == 2
+        assert stats["dropped_at_shutdown"] == 10  # 4 in the stuck export + 6 still queued
+        assert books(stats) == (10, 0, 10)
+
+        exporter.release.set()  # the stuck export completes late: not counted a second time
+        provider.shutdown()
+        assert books(session.stats()) == (10, 0, 10)
+
+    def test_interpreter_exit_keeps_its_deadline_with_a_collector_that_never_answers(self):
+        """An OTLP/HTTP receiver that accepts the connection and never replies: exit takes
+        brickscope's 5 s, not the exporter's 30 s timeout, and says how many spans it lost."""
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        script = textwrap.dedent(
+            """
+            import brickscope as bs
+            bs.configure(clock="host")
+            for _ in range(7):
+                with bs.brick("rms_norm"):
+                    pass
+            """
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "BRICKSCOPE_"))}
+        env.update(
+            OTEL_TRACES_EXPORTER="otlp",
+            OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf",
+            OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=f"http://127.0.0.1:{port}/v1/traces",
+            OTEL_EXPORTER_OTLP_TIMEOUT="30",
+            OTEL_METRICS_EXPORTER="none",
+        )
+        try:
+            started = time.monotonic()
+            result = subprocess.run(
+                [sys.executable, "-c", script], capture_output=True, text=True, timeout=25, env=env
+            )
+            elapsed = time.monotonic() - started
+        finally:
+            listener.close()
+        assert result.returncode == 0, result.stderr
+        assert elapsed < 25  # hang guard: the exporter alone would hold exit for 30 s
+        assert "7 spans were not exported within 5000 ms" in result.stderr
+
+
+class TestEveryLossIsCounted:
+    def test_under_load_produced_equals_exported_plus_dropped(self, exporters):
+        """4 threads x 150 steps of a brick into a 64-span queue whose exporter is stuck at first
+        (the queue overflows) and then fails every third batch: all 1200 spans are accounted."""
+        exporter = DrivenExporter(fail=lambda number: number % 3 == 0)
+        exporters.append(exporter)
+        provider = TracerProvider()
+        provider.add_span_processor(
+            BatchSpanProcessor(exporter, max_queue_size=64, max_export_batch_size=16, schedule_delay_millis=10)
+        )
+        session = bs.configure(provider, clock="host", max_pending=32)
+
+        def work():
+            for number in range(150):
+                with bs.step(number):
+                    with bs.brick("rms_norm"):
+                        pass
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        exporter.release.set()
+        session.shutdown(timeout_millis=10_000)
+        stats = session.stats()
+        produced, exported, dropped = books(stats)
+        assert produced == 4 * 150 * 2
+        assert exported == len(ours(exporter.delivered))
+        assert produced == exported + dropped
+        assert stats["dropped_queue_full"] > 0
+        assert stats["dropped_export_failed"] > 0
+        assert dropped == stats["dropped_queue_full"] + stats["dropped_export_failed"] + stats["dropped_at_shutdown"]
+
+    def test_only_brickscope_spans_are_counted(self, exporters):
+        exporter = DrivenExporter(blocked=False)
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        session = bs.configure(provider, clock="host")
+        with provider.get_tracer("app").start_as_current_span("request"):
+            with bs.brick("rms_norm"):
+                pass
+        session.shutdown()
+        assert books(session.stats()) == (1, 1, 0)
+        assert sorted(s.name for s in exporter.delivered) == ["request", "rms_norm"]
+
+    def test_an_error_while_building_a_span_is_counted_and_the_rest_still_arrive(self, exporters, monkeypatch):
+        exporter = DrivenExporter(blocked=False)
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        session = bs.configure(provider, clock="host")
+        real_build = session.sync_processor._resolver._builder.build  # noqa: SLF001
+
+        def build(rec):
+            if rec.owner._name == "broken":  # noqa: SLF001
+                raise RuntimeError("injected")
+            return real_build(rec)
+
+        monkeypatch.setattr(session.sync_processor._resolver._builder, "build", build)  # noqa: SLF001
+        for name in ("rms_norm", "broken", "ffn_up"):
+            with bs.brick(name):
+                pass
+        session.shutdown()
+        stats = session.stats()
+        assert [s.name for s in exporter.delivered] == ["rms_norm", "ffn_up"]
+        assert stats["span_build_errors"] == 1
+        assert books(stats) == (3, 2, 1)
