@@ -28,6 +28,8 @@ $(VENV)/.test: $(VENV)/.demo
 
 demo: $(VENV)/.demo
 	$(BIN)/python examples/quickstart.py --out out
+	@echo; echo '$$ brickscope report out/trace.pftrace --top 5'
+	$(BIN)/brickscope report out/trace.pftrace --top 5
 
 test: $(VENV)/.test
 	$(BIN)/python -m pytest -q

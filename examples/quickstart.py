@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     token, tokens = 1, []
     with tracer.start_as_current_span("generate"):
         for position in range(args.steps):
-            with bs.step(position):
+            with bs.step(position, tokens=1):  # tokens: the report's tokens/s
                 token = model.decode_step(token, position, rng)
             tokens.append(token)
 

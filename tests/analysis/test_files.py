@@ -154,3 +154,25 @@ def test_render_rejects_unknown_format(files):
     """render() names the formats it knows."""
     with pytest.raises(ValueError, match="expected one of"):
         render(analyse(load(files / "json")), "xml")
+
+
+def test_report_of_the_quickstart_trace(tmp_path, capsys):
+    """What `make demo` ends with: the report of the quickstart's own .pftrace, counted by hand:
+    per step, rms_norm runs twice in each of the 4 layers and once before lm_head."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    quickstart = Path(__file__).resolve().parents[2] / "examples" / "quickstart.py"
+    run = subprocess.run(
+        [sys.executable, str(quickstart), "--out", str(tmp_path), "--steps", "2", "--clock", "host"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert main(["report", str(tmp_path / "trace.pftrace"), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    counts = {(op["kind"], op["name"]): op["count"] for op in data["operations"]}
+    assert counts[("brick", "rms_norm")] == 2 * (4 * 2 + 1)
+    assert counts[("brick", "lm_head")] == 2 and counts[("brick", "sampling")] == 2
+    assert data["throughput"]["tokens"] == 2 and len(data["throughput"]["steps"]) == 2
+    assert data["clocks"] == ["host"] and data["devices"] == []

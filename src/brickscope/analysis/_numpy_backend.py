@@ -158,8 +158,15 @@ class NumpyBackend:
         ends = np.maximum(starts, ends)
         g = np.concatenate((groups, groups)).astype(np.int64)
         t = np.concatenate((starts, ends))
-        d = np.concatenate((np.ones(starts.shape[0], np.int64), -np.ones(starts.shape[0], np.int64)))
-        order = np.lexsort((-d, t, g))  # per group, by time; opens before closes: touching merges
+        n = starts.shape[0]
+        d = np.concatenate((np.ones(n, np.int64), -np.ones(n, np.int64)))
+        low = int(t.min())
+        span_bits = max(1, int(t.max() - low).bit_length())
+        if span_bits + 1 + max(1, int(g.max()).bit_length()) < 63 and int(g.min()) >= 0:
+            # one int64 key (group, time, close-after-open) sorts ~3x faster than lexsort
+            order = np.argsort((g << (span_bits + 1)) | ((t - low) << 1) | (d < 0), kind="stable")
+        else:
+            order = np.lexsort((-d, t, g))  # per group, by time; opens before closes: touching merges
         d = d[order]
         level = np.cumsum(d)  # each group's events balance, so the level is 0 between groups
         opens = (level == 1) & (d == 1)

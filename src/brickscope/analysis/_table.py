@@ -82,6 +82,7 @@ DTYPE_BYTES = {
 }
 
 _BATCH_ROWS = 1 << 14
+_EMPTY: dict[str, Any] = {}
 _TYPECODES = {"int64": "q", "uint64": "Q", "float64": "d"}
 
 
@@ -138,9 +139,24 @@ class Table:
     sources: list[str] = field(default_factory=list)
     #: What the reader wants said about the input (a truncated file read up to its cut).
     notes: list[str] = field(default_factory=list)
+    #: A selection not applied yet: (the table selected from, its row mask). Columns are
+    #: compressed on first use, so a selection costs only the columns an analysis reads.
+    _pending: tuple[Table, Any] | None = field(default=None, repr=False)
 
     def __getitem__(self, name: str) -> Any:
-        return self.columns[name]
+        column = self.columns.get(name)
+        if column is None:
+            column = self.columns[name] = self._column(name)
+        return column
+
+    def _column(self, name: str) -> Any:
+        be = self.backend
+        if name == "parent":  # re-pointed to this table's rows; -1 when the parent was cut
+            return be.index_of(self["span_id"], self["parent_id"])
+        if self._pending is None:
+            raise KeyError(name)
+        source, mask = self._pending
+        return be.compress(source[name], mask)
 
     @property
     def hosts(self) -> int:
@@ -158,11 +174,10 @@ class Table:
     def select(self, mask: Any) -> Table:
         """The rows where ``mask`` is true, same code lists (parents re-pointed, or -1 when cut)."""
         be = self.backend
-        kept = {name: be.compress(col, mask) for name, col in self.columns.items() if name != "parent"}
-        kept["parent"] = be.index_of(kept["span_id"], kept["parent_id"])
         return Table(
-            be, kept, self.operations, self.categories, self.ranks, self.devices, self.streams,
-            rows=be.size(kept["start"]), dropped=self.dropped, sources=self.sources, notes=self.notes,
+            be, {}, self.operations, self.categories, self.ranks, self.devices, self.streams,
+            rows=be.count_true(mask), dropped=self.dropped, sources=self.sources, notes=self.notes,
+            _pending=(self, mask),
         )
 
 
@@ -195,6 +210,7 @@ class TableBuilder:
         self._device_codes: dict[tuple[str, int], int] = {}
         self._devices: list[Device] = []
         self._stream_codes: dict[tuple[int, int], int] = {}
+        self._lanes: dict[tuple[Any, ...], tuple[int, int]] = {}
         self._streams: list[Stream] = []
         # id(resource) -> (resource, rank code, host, device model names): resources are shared by many spans
         self._resources: dict[int, tuple[Any, int, str, tuple[str, ...]]] = {}
@@ -240,7 +256,6 @@ class TableBuilder:
             if release:
                 self._columns = [array.array(_TYPECODES[dtype]) for dtype in COLUMNS.values()]
             columns["duration"] = be.subtract(columns["end"], columns["start"])
-            columns["parent"] = be.index_of(columns["span_id"], columns["parent_id"])
             comm = [op.communication for op in self._operations]
             columns["comm"] = be.lookup(comm, columns["op"], "bool")
             return Table(
@@ -252,60 +267,84 @@ class TableBuilder:
     def _flush(self) -> None:
         if not self._pending:
             return
-        for column, values in zip(self._columns, zip(*self._pending)):
-            column.extend(values)
+        for index, (column, values) in enumerate(zip(self._columns, zip(*self._pending))):
+            try:
+                column.extend(values)
+            except (TypeError, OverflowError):  # a value of the wrong type: cleaned, not fatal
+                column.extend(_clean(values, column.typecode, _DEFAULTS[index]))
         self._pending = []
 
     def _row(self, span: Any, attrs: Any) -> tuple[Any, ...]:
-        """One span as a tuple in COLUMNS order (the per-span cost of loading: keep it lean)."""
-        if attrs is None:
-            attrs = {}
-        get = attrs.get
+        """One span as a tuple in COLUMNS order: the per-span cost of loading, so lean.
+
+        Values go into the tuple as the span holds them; :meth:`_flush` cleans a batch
+        whose values do not fit their columns (a string step number, say).
+        """
+        get = attrs.get if attrs is not None else _EMPTY.get
         kind = _KIND_CODES.get(get(A.SCOPE_KIND), KIND_OTHER)
         name = span.name
         category_name = ""
         brick_name = None
-        if kind == KIND_BRICK or kind == KIND_KERNEL:
-            category_name = get(A.BRICK_CATEGORY) or ("other" if kind == KIND_BRICK else "")
-            if kind == KIND_KERNEL:
-                brick_name = get(A.BRICK_NAME)
-        op_key = (kind, name, category_name, brick_name)
-        op = self._op_codes.get(op_key)
+        if kind == KIND_BRICK:
+            category_name = get(A.BRICK_CATEGORY) or "other"
+        elif kind == KIND_KERNEL:
+            category_name = get(A.BRICK_CATEGORY) or ""
+            brick_name = get(A.BRICK_NAME)
+        op = self._op_codes.get((kind, name, category_name, brick_name))
         if op is None:
-            op = self._new_op(op_key)
-        category = self._category_codes.get(category_name, -1) if category_name else -1
+            op = self._new_op((kind, name, category_name, brick_name))
+        category = self._category_codes.get(category_name, -1)
         if category < 0 and category_name:
             category = self._category_codes[category_name] = len(self._categories)
             self._categories.append(category_name)
-        start, end = span.start_time, span.end_time
+        start, end = span._start_time, span._end_time  # noqa: SLF001 - the properties cost 4x more
         if start is None or end is None:  # never ended: zero length at whatever is known
             start = end = start or end or 0
         self_ns = get(A.BRICK_SELF_DURATION_NS, end - start) if kind == KIND_BRICK else end - start
-        resource = span.resource
+        resource = span._resource  # noqa: SLF001
         entry = self._resources.get(id(resource))
         if entry is None or entry[0] is not resource:
             entry = self._resource_entry(resource)
-        clock = CLOCK_CUDA_CODE if get(A.CLOCK) == A.CLOCK_CUDA else CLOCK_HOST_CODE
         device = stream = -1
-        ordinal = get(A.GPU_DEVICE_ID)
-        if ordinal is not None and clock == CLOCK_CUDA_CODE:
-            device = self._device_code(entry, int(ordinal))
-            handle = int(get(A.GPU_STREAM_ID, 0))
-            stream = self._stream_codes.get((device, handle), -1)
-            if stream < 0:
-                stream = self._stream_codes[(device, handle)] = len(self._streams)
-                self._streams.append(Stream(device, handle))
-        nbytes = get(A.WORK_BYTES, get("bytes"))
+        clock = CLOCK_HOST_CODE
+        if get(A.CLOCK) == A.CLOCK_CUDA:
+            clock = CLOCK_CUDA_CODE
+            ordinal = get(A.GPU_DEVICE_ID)
+            if ordinal is not None:
+                lane = (entry[1], entry[2], ordinal, get(A.GPU_STREAM_ID, 0))
+                codes = self._lanes.get(lane)
+                if codes is None:
+                    codes = self._lane_codes(entry, lane)
+                device, stream = codes
+        nbytes = get(A.WORK_BYTES)
         if nbytes is None:
-            nbytes = _output_bytes(get(A.WORK_OUTPUT_SHAPE, get("output_shape")), get(A.WORK_DTYPE, get("dtype")))
-        parent = span.parent
+            nbytes = get("bytes")
+            if nbytes is None:
+                nbytes = _output_bytes(get(A.WORK_OUTPUT_SHAPE, get("output_shape")), get(A.WORK_DTYPE, get("dtype")))
+        flops = get(A.WORK_FLOPS)
+        if flops is None:
+            flops = get("flops", 0.0)
+        tokens = get(A.STEP_TOKENS)
+        if tokens is None:
+            tokens = get("tokens", 0)
+        parent = span._parent  # noqa: SLF001
         return (
             op, kind, category, start, end, self_ns, clock, device, stream,
-            _int(get(A.STEP_NUMBER), -1), _int(get(A.LAYER_INDEX), -1), entry[1],
-            _int(get(A.THREAD_ID), 0), span.context.span_id, parent.span_id if parent is not None else 0,
-            _int(get(A.BRICK_ELEMENTS), 0), _int(nbytes, 0), _float(get(A.WORK_FLOPS, get("flops"))),
-            _int(get(A.STEP_TOKENS, get("tokens")), 0),
+            get(A.STEP_NUMBER, -1), get(A.LAYER_INDEX, -1), entry[1],
+            get(A.THREAD_ID, 0), span._context.span_id, parent.span_id if parent is not None else 0,  # noqa: SLF001
+            get(A.BRICK_ELEMENTS, 0), nbytes, flops, tokens,
         )
+
+    def _lane_codes(self, entry: tuple[Any, int, str, tuple[str, ...]], lane: tuple[Any, ...]) -> tuple[int, int]:
+        """(device code, stream code) of a (rank, host, ordinal, stream handle) seen for the first time."""
+        ordinal, handle = _int(lane[2], 0), _int(lane[3], 0)
+        device = self._device_code(entry, ordinal)
+        stream = self._stream_codes.get((device, handle), -1)
+        if stream < 0:
+            stream = self._stream_codes[(device, handle)] = len(self._streams)
+            self._streams.append(Stream(device, handle))
+        codes = self._lanes[lane] = (device, stream)
+        return codes
 
     def _new_op(self, key: tuple[int, str, str, str | None]) -> int:
         """The code of (kind, name, category, enclosing brick): kernels of one name share an
@@ -350,6 +389,23 @@ class TableBuilder:
             code = self._device_codes[key] = len(self._devices)
             self._devices.append(Device(entry[2], ordinal, model))
         return code
+
+
+#: Each column's value when a span's attribute cannot be one (the "absent" markers above).
+_DEFAULTS = tuple(-1 if name in ("category", "device", "stream", "step", "layer") else 0 for name in COLUMNS)
+
+
+def _clean(values: tuple[Any, ...], typecode: str, default: Any) -> list[Any]:
+    """A batch of one column's values, each made to fit (an int, a float) or the default."""
+    limit = (1 << 64) if typecode == "Q" else (1 << 63)
+    floor = 0 if typecode == "Q" else -(1 << 63)
+    if typecode == "d":
+        return [_float(v) for v in values]
+    out = []
+    for value in values:
+        number = _int(value, default)
+        out.append(number if floor <= number < limit else default)
+    return out
 
 
 def _int(value: Any, default: int) -> int:

@@ -1,0 +1,226 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Analysis benchmarks: `brickscope report` on big traces, and the choice of engine.
+
+Example::
+
+    python benchmarks/analysis.py pipeline --spans 1000000     # file -> report, stages and peak RSS
+    python benchmarks/analysis.py engines --spans 200000       # numpy vs pure Python (vs polars)
+    python benchmarks/analysis.py pipeline --spans 1000000 --json
+
+Sections:
+
+- ``pipeline``: a decode-like trace of N spans (2 ranks x 2 GPUs, steps > layers >
+  bricks > GPU-timed kernels, an all-reduce on a second stream) written once as a
+  ``.pftrace`` (not timed), then analysed in a fresh interpreter the way
+  ``brickscope report --format json`` does: read + build the table (``load``),
+  ``analyse``, ``render``. Wall time of each stage and the child's peak RSS.
+- ``engines``: the same trace's table (built once in memory), analysed by each
+  engine: the numpy backend, the pure-Python backend, and polars (when installed)
+  computing the per-operation section (count, sums, exact nearest-rank p50/p90/p99,
+  max), the part they can be compared on line by line. Ratios survive machine load;
+  absolute times do not.
+
+Requires brickscope[analysis] and brickscope-exporter-perfetto.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+
+from brickscope.testing import make_span
+from brickscope.trace import attributes as A
+
+T0 = 1_700_000_000_000_000_000
+LAYERS = 4
+BRICKS = [
+    ("rms_norm", "norm", 7), ("qkv_projection", "attention", 7), ("attention_score", "attention", 7),
+    ("o_proj", "attention", 7), ("all_reduce", "communication", 9), ("ffn_up", "ffn", 7), ("ffn_down", "ffn", 7),
+]
+SPANS_PER_STEP = 1 + LAYERS * (1 + 2 * len(BRICKS))  # step, layers, a brick and a kernel each
+_RESOURCES = [
+    Resource({"service.name": "bench", A.RANK: rank, A.HOST_NAME: "node", A.GPU_DEVICE_NAMES: ("NVIDIA H100 80GB HBM3",) * 2})
+    for rank in range(2)
+]
+
+
+def make_spans(count: int, seed: int = 1) -> Iterator[ReadableSpan]:
+    """``count`` spans of decode steps alternating between two ranks, GPU-timed (us jitter)."""
+    rng = random.Random(seed)
+    span_id, made, step, clock = 1, 0, 0, [T0, T0]
+    while made < count:
+        for rank in (0, 1):
+            resource, device = _RESOURCES[rank], rank
+            step_id, step_start = span_id, clock[rank]
+            span_id += 1
+            t = step_start
+            children = []
+            for layer in range(LAYERS):
+                layer_id, layer_start = span_id, t
+                span_id += 1
+                for name, category, stream in BRICKS:
+                    duration = rng.randint(20_000, 60_000) * (10 if step == 0 else 1)  # a slow warm-up step
+                    common = {A.STEP_NUMBER: step, A.LAYER_INDEX: layer, A.CLOCK: A.CLOCK_CUDA,
+                              A.GPU_DEVICE_ID: device, A.GPU_STREAM_ID: stream, A.BRICK_NAME: name,
+                              A.BRICK_CATEGORY: category}
+                    start = t if stream == 7 else t - duration // 2  # the all-reduce overlaps the brick before
+                    brick = {**common, A.SCOPE_KIND: "brick", A.BRICK_SELF_DURATION_NS: duration,
+                             A.BRICK_ELEMENTS: 4096, A.WORK_BYTES: 8 << 20, A.WORK_FLOPS: 2e9}
+                    children.append(make_span(span_id, name, start, start + duration, layer_id,
+                                              attributes=brick, resource=resource))
+                    kernel = {**common, A.SCOPE_KIND: "kernel", A.KERNEL_NAME: f"{name}_kernel"}
+                    children.append(make_span(span_id + 1, f"{name}_kernel", start + 1000, start + duration - 1000,
+                                              span_id, attributes=kernel, resource=resource))
+                    span_id += 2
+                    t = max(t, start + duration) + rng.randint(0, 5_000)
+                children.append(make_span(layer_id, "layer", layer_start, t, step_id, resource=resource,
+                                          attributes={A.SCOPE_KIND: "layer", A.LAYER_INDEX: layer, A.STEP_NUMBER: step,
+                                                      A.CLOCK: A.CLOCK_CUDA}))
+            clock[rank] = t + 10_000
+            yield make_span(step_id, "step", step_start, t, None, resource=resource,
+                            attributes={A.SCOPE_KIND: "step", A.STEP_NUMBER: step, A.CLOCK: A.CLOCK_CUDA,
+                                        A.STEP_TOKENS: 8})
+            yield from children
+            made += SPANS_PER_STEP
+        step += 1
+
+
+def write_pftrace(path: str, count: int) -> None:
+    from brickscope.exporter.perfetto import PerfettoSpanExporter
+
+    exporter = PerfettoSpanExporter(path)
+    batch: list[ReadableSpan] = []
+    for span in make_spans(count):
+        batch.append(span)
+        if len(batch) == 4096:
+            exporter.export(batch)
+            batch = []
+    exporter.export(batch)
+    exporter.shutdown()
+
+
+def _child_pipeline(path: str, backend: str) -> dict[str, Any]:
+    """Run in a fresh interpreter: what `brickscope report --format json` does, timed by stage."""
+    from brickscope.analysis import analyse, load, render
+
+    t0 = time.perf_counter()
+    table = load(path, backend=backend)
+    t1 = time.perf_counter()
+    report = analyse(table)
+    t2 = time.perf_counter()
+    text = render(report, "json")
+    t3 = time.perf_counter()
+    return {
+        "spans": table.rows, "load_s": t1 - t0, "analyse_s": t2 - t1, "render_s": t3 - t2, "total_s": t3 - t0,
+        "json_bytes": len(text), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def pipeline(spans: int, backend: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "trace.pftrace")
+        started = time.perf_counter()
+        write_pftrace(path, spans)
+        written = time.perf_counter() - started
+        size = os.path.getsize(path)
+        out = subprocess.run(
+            [sys.executable, __file__, "_child", path, backend], capture_output=True, text=True, check=True
+        )
+    result = json.loads(out.stdout)
+    result.update(file_mb=size / 1e6, write_s=written, backend=backend, spans_per_s=result["spans"] / result["total_s"])
+    return result
+
+
+def engines(spans: int, backends: list[str]) -> dict[str, Any]:
+    """Build the table from generated spans (no file), then time each engine on it."""
+    from brickscope.analysis import analyse, get_backend
+    from brickscope.analysis._table import TableBuilder
+
+    builder = TableBuilder()
+    started = time.perf_counter()
+    builder.add_all(make_spans(spans))
+    build_s = time.perf_counter() - started
+    results: dict[str, Any] = {"spans": builder.rows, "spans_to_rows_s": build_s}
+    for name in (b for b in backends if b != "polars"):
+        table = builder.build(backend=get_backend(name))
+        started = time.perf_counter()
+        analyse(table)
+        results[f"{name}_analyse_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        _operations_only(table)
+        results[f"{name}_operations_s"] = time.perf_counter() - started
+    if "polars" in backends or not backends:
+        try:
+            results["polars_operations_s"] = _polars_operations(builder.build(backend=get_backend("numpy")))
+        except ImportError:
+            results["polars_operations_s"] = None
+    if "python_analyse_s" in results and "numpy_analyse_s" in results:
+        results["python_over_numpy_analyse"] = results["python_analyse_s"] / results["numpy_analyse_s"]
+    results["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return results
+
+
+def _operations_only(table: Any) -> Any:
+    from brickscope.analysis import _operations
+
+    return _operations.operations(table)
+
+
+def _polars_operations(table: Any) -> float:
+    """The per-operation section with polars: group by op, count, sums, exact nearest-rank quantiles, max."""
+    import polars as pl
+
+    frame = pl.DataFrame({name: table[name] for name in ("op", "kind", "self", "duration", "elements", "bytes")})
+    started = time.perf_counter()
+    (
+        frame.filter(pl.col("kind").is_in([3, 4]))
+        .group_by("op")
+        .agg(
+            pl.len().alias("count"), pl.col("duration").sum(), pl.col("self").sum().alias("self_sum"),
+            pl.col("elements").sum(), pl.col("bytes").sum(),
+            *(pl.col("self").quantile(q, interpolation="higher").alias(f"p{int(q * 100)}") for q in (0.5, 0.9, 0.99)),
+            pl.col("self").max().alias("max"),
+        )
+    )
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("section", choices=("pipeline", "engines", "_child"))
+    parser.add_argument("args", nargs="*")
+    parser.add_argument("--spans", type=int, default=1_000_000)
+    parser.add_argument("--backend", default="numpy", choices=("numpy", "python"))
+    parser.add_argument(
+        "--engines", default="numpy,python,polars", help="engines section: which to run (comma-separated)"
+    )
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.section == "_child":
+        print(json.dumps(_child_pipeline(*args.args)))
+        return
+    if args.section == "pipeline":
+        result = pipeline(args.spans, args.backend)
+    else:
+        result = engines(args.spans, args.engines.split(","))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:>28}: {value:.4g}" if isinstance(value, float) else f"{key:>28}: {value}")
+
+
+if __name__ == "__main__":
+    main()
