@@ -28,8 +28,8 @@ $(VENV)/.test: $(VENV)/.demo
 
 demo: $(VENV)/.demo
 	$(BIN)/python examples/quickstart.py --out out
-	@echo; echo '$$ brickscope report out/trace.pftrace --top 5'
-	$(BIN)/brickscope report out/trace.pftrace --top 5
+	@echo; echo '$$ brickscope report out/trace.pftrace --top 5 --step 2:   # warm-up steps 0-1 left out'
+	$(BIN)/brickscope report out/trace.pftrace --top 5 --step 2:
 
 test: $(VENV)/.test
 	$(BIN)/python -m pytest -q

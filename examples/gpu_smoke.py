@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torch
     except ImportError:
-        print("PyTorch is not installed: nothing checked", file=sys.stderr)
+        print("PyTorch is not installed (a CUDA build is needed: see pytorch.org): nothing checked", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
         print("no CUDA device: nothing checked", file=sys.stderr)

@@ -11,7 +11,8 @@ Run it with ``make demo`` or::
 
     python examples/quickstart.py --out out --steps 8
 
-It prints the category report and writes, when the exporters are installed,
+It prints the category report of the steps after warm-up (``--warmup``, 2 by
+default: the first steps pay one-off costs) and writes, when the exporters are installed,
 ``out/trace.pftrace`` (open in https://ui.perfetto.dev), ``out/profile.folded``
 (flamegraph.pl, inferno) and ``out/profile.speedscope.json`` (https://speedscope.app).
 """
@@ -165,11 +166,25 @@ def add_exporters(provider: TracerProvider, out: Path) -> list[str]:
     return written
 
 
+def warm_report(session: bs.Session, warmup: int, steps: int) -> str:
+    """The report of the steps after warm-up: the first ones pay one-off costs that would
+    dominate the totals (the table's p50 and p99 show what a typical step costs)."""
+    from brickscope import analysis
+
+    if warmup <= 0 or warmup >= steps:
+        return session.report()
+    report = analysis.analyse(analysis.load(session), steps=(warmup, None))
+    return f"(steps 0-{warmup - 1} are warm-up: left out below; --warmup 0 keeps them)\n" + analysis.render(report, "text")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("out"), help="directory for the trace files")
     parser.add_argument("--steps", type=int, default=8, help="decode steps to run")
     parser.add_argument("--clock", default="auto", choices=("auto", "cuda", "host"))
+    parser.add_argument(
+        "--warmup", type=int, default=2, help="first steps left out of the report (caches, allocations, JIT)"
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -193,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"generated tokens: {tokens}")
     print(f"clock: {session.clock}" + (f" ({session.clock_fallback_reason})" if session.clock_fallback_reason else ""))
     print()
-    print(session.report())
+    print(warm_report(session, args.warmup, args.steps))
     stats = session.stats()
     session.shutdown()
     provider.shutdown()

@@ -29,3 +29,8 @@ class TestQuickstart:
         for brick in ("rms_norm", "qkv_projection", "rope", "attention_score", "ffn_down", "lm_head", "sampling"):
             assert brick in out
         assert f"spans emitted: {3 * SPANS_PER_STEP}, forced syncs: 0, GPU timing errors: 0" in out
+        # Warm-up (2 steps by default) left out: rms_norm runs 9 times a step (2 per layer, 1 final).
+        assert "steps 0-1 are warm-up" in out
+        brick_table = out.split("Self time by brick", 1)[1].split("\n\n", 1)[0]
+        (row,) = [line.split() for line in brick_table.splitlines() if line.startswith("rms_norm ")]
+        assert (row[1], row[2]) == ("norm", "9")
