@@ -33,9 +33,9 @@ except ImportError as exc:  # pragma: no cover - exercised without torch
 
 from brickscope import _state
 from brickscope.torch._instrument import Instrumentation, instrument
-from brickscope.torch._plan import Mapped, default_category
+from brickscope.torch._plan import Mapped
 
 # Any brickscope scope traced by torch.compile records nothing and breaks no graph.
 _state.compiling = torch.compiler.is_compiling
 
-__all__ = ["Instrumentation", "Mapped", "default_category", "instrument"]
+__all__ = ["Instrumentation", "Mapped", "instrument"]

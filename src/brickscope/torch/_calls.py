@@ -6,9 +6,10 @@ Each instrumented module gets a class of its own, derived from its class, whose
 the original class back. That is what ``torch.nn.utils.parametrize`` does too, and
 it is why this is not a pair of module hooks:
 
-- cost: forward pre- and post-hooks alone add ~1 us per module call (torch takes
-  its slow path in ``_call_impl`` as soon as one hook exists); the class's
-  ``__call__`` adds ~0.2 us (benchmarks/hot_path.py, ``torch_module``);
+- cost: torch takes its slow path in ``_call_impl`` as soon as one forward hook
+  exists; the same enter/exit in hooks costs more per call than in the class's
+  ``__call__`` (benchmarks/hot_path.py: ``torch_module_hooks`` against
+  ``torch_module_instrumented``; docs/benchmarks.md);
 - robustness: an ``always_call=True`` hook is not called on a ``KeyboardInterrupt``
   (``_call_impl`` catches ``Exception`` only), which would leave bricks open; a
   ``try``/``except BaseException`` closes exactly the scope it opened;
