@@ -28,7 +28,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from brickscope import _environment, _record, _resource, _state, propagation
 from brickscope._clock import host_ns
 from brickscope import environment_variables as env
-from brickscope.trace import _delivery
 from brickscope.trace._aggregation import CategoryAggregator
 from brickscope.trace._sync import SYNC_MODES, GpuSyncSpanProcessor
 
@@ -135,7 +134,7 @@ class Session:
         counters = self.sync_processor.counters
         if done is None:
             counters.add("export_timeouts")
-        lost = _delivery.settle(self.tracer_provider, counters)
+        lost = self.sync_processor.close_deliveries()
         if lost:
             _warn_once(
                 "shutdown_lost",
@@ -273,7 +272,7 @@ def configure(
         if built_meter_provider is not None:
             otel_metrics.set_meter_provider(built_meter_provider)
         _install_first(tracer_provider, sync_processor)
-        _delivery.wrap_exporters(tracer_provider, sync_processor.counters)
+        sync_processor.track_deliveries()
         if aggregator is not None:
             tracer_provider.add_span_processor(aggregator)
         previous = _session

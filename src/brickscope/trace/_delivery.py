@@ -2,15 +2,20 @@
 """Delivery accounting: what becomes of the spans brickscope hands to export pipelines.
 
 An export pipeline is an SDK ``SimpleSpanProcessor`` or ``BatchSpanProcessor`` on the
-session's provider. configure() wraps each one's exporter in a :class:`CountingExporter`,
-which counts brickscope's spans (not the application's own) as they are exported or
-fail. Together with what the resolver sees when it hands a span over (a full batch
-queue, a processor already shut down) and what is left when a shutdown deadline
-passes, every span produced for a pipeline ends up counted exactly once:
+session's provider. configure() wraps each one's exporter in a :class:`CountingExporter`
+that keeps an :class:`Account` of brickscope's spans (not the application's own):
 
-    spans_produced == spans_exported + spans_dropped   (once the session is shut down)
+- *handed*: given to the processor by the resolver;
+- *taken*: passed to the exporter, then *exported* (``SUCCESS``) or *failed*;
+- *queued*: still in a batch processor's queue (read from the queue);
+- *shed*: what the batch queue dropped when full: handed, never taken, no longer queued.
+  The SDK does not say which spans it sheds, so this one is the difference of the
+  exact counts above; the others are counted as they happen.
 
-Counts are per pipeline: a span sent to two exporters is produced twice.
+At shutdown, what is still queued or being exported when the deadline passes is
+counted dropped and the account is closed: a late result does not count again. So
+after shutdown ``spans_produced == spans_exported + spans_dropped`` for every pipeline
+(counts are per pipeline: a span sent to two exporters is produced twice).
 """
 
 from __future__ import annotations
@@ -22,52 +27,95 @@ from typing import Any, Sequence
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from brickscope.trace._counters import Counters
 from brickscope.trace._sdk import provider_processors
 from brickscope.trace._spans import INSTRUMENTATION_SCOPE
 
 
-def ours(spans: Sequence[ReadableSpan]) -> int:
+def ours(spans: Any) -> int:
     """How many of ``spans`` brickscope made."""
-    return sum(1 for span in spans if span.instrumentation_scope is INSTRUMENTATION_SCOPE)
+    return sum(1 for span in spans if getattr(span, "instrumentation_scope", None) is INSTRUMENTATION_SCOPE)
+
+
+class Account:
+    """One session's books for one export pipeline."""
+
+    def __init__(self, queue: Any = None, carried_in: int = 0) -> None:
+        self.queue = queue  # the batch processor's deque, or None (SimpleSpanProcessor)
+        self.handed = carried_in  # spans another session's account handed over, still queued
+        self.taken = self.exported = self.failed = self.in_flight = 0
+        self.handed_over = 0  # left queued when a newer session took the pipeline over
+        self.closed_queued = self.closed_in_flight = 0
+        self.closed = False
+        self.lock = threading.Lock()
+
+    def queued(self) -> int:
+        if self.closed or self.queue is None:
+            return self.closed_queued
+        return ours(list(self.queue))
+
+    def close(self, *, hand_over: bool) -> int:
+        """Stop counting: what is queued is handed over (to a newer session) or, with what
+        is being exported, counted lost at a deadline. Returns the lost count."""
+        with self.lock:
+            if self.closed:
+                return 0
+            queued = self.queued()
+            self.closed = True
+            if hand_over:
+                self.handed_over = queued
+                return 0
+            self.closed_queued, self.closed_in_flight = queued, self.in_flight
+            return queued + self.in_flight
+
+    def totals(self) -> dict[str, int]:
+        """This pipeline's share of ``stats()``."""
+        with self.lock:
+            queued = self.queued()
+            at_shutdown = self.closed_queued + self.closed_in_flight
+            in_flight = 0 if self.closed else self.in_flight
+            shed = self.handed - self.taken - (0 if self.closed else queued) - self.handed_over
+            if self.closed:
+                shed -= self.closed_queued
+            return {
+                "spans_produced": self.handed,
+                "spans_exported": self.exported,
+                "dropped_export_failed": self.failed,
+                "dropped_queue_full": shed,
+                "dropped_at_shutdown": at_shutdown,
+                "spans_dropped": self.failed + shed + at_shutdown,
+                "spans_handed_over": self.handed_over,
+                "spans_in_export": in_flight + (0 if self.closed else queued),
+            }
 
 
 class CountingExporter(SpanExporter):
-    """Wraps an exporter: counts brickscope's spans exported, failed, and in flight."""
+    """Wraps an exporter and keeps the current session's :class:`Account` of it."""
 
     counts_deliveries = True  # how the resolver tells a counted pipeline (see _sdk)
 
-    def __init__(self, inner: SpanExporter, counters: Counters) -> None:
+    def __init__(self, inner: SpanExporter, account: Account) -> None:
         self.inner = inner
-        self.counters = counters
-        self._lock = threading.Lock()
-        self._in_flight = 0
-        self._settled = False  # after a shutdown deadline: late results are not counted again
+        self.account = account
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        account = self.account  # the books this batch started in
         count = ours(spans)
-        with self._lock:
-            self._in_flight += count
+        with account.lock:
+            if not account.closed:
+                account.taken += count
+                account.in_flight += count
         result = SpanExportResult.FAILURE
         try:
             result = self.inner.export(spans)
         finally:
-            with self._lock:
-                self._in_flight -= count
-                if count and not self._settled:
+            with account.lock:
+                if not account.closed:
+                    account.in_flight -= count
                     if result == SpanExportResult.SUCCESS:
-                        self.counters.add("spans_exported", count)
+                        account.exported += count
                     else:
-                        self.counters.add("spans_dropped", count)
-                        self.counters.add("dropped_export_failed", count)
+                        account.failed += count
         return result
-
-    def settle(self) -> int:
-        """The spans still being exported, counted dropped now (a deadline passed)."""
-        with self._lock:
-            self._settled = True
-            left, self._in_flight = self._in_flight, 0
-        return left
 
     def shutdown(self, timeout_millis: float = 30000, **kwargs: Any) -> None:
         if "timeout_millis" in inspect.getfullargspec(self.inner.shutdown).args:
@@ -79,41 +127,37 @@ class CountingExporter(SpanExporter):
         return self.inner.force_flush(timeout_millis)
 
 
-def wrap_exporters(provider: TracerProvider, counters: Counters) -> None:
-    """Count what each export pipeline on ``provider`` delivers, into ``counters``
-    (an exporter wrapped for an earlier session is pointed at the new one)."""
+def wrap_exporters(provider: TracerProvider) -> list[Account]:
+    """Give each export pipeline on ``provider`` a counting exporter with a fresh account
+    for the new session (an exporter wrapped for an earlier session changes books: what
+    is still queued is handed over). Returns the new accounts."""
+    accounts = []
     for processor in provider_processors(provider):
         if isinstance(processor, SimpleSpanProcessor):
-            processor.span_exporter = _counting(processor.span_exporter, counters)
+            processor.span_exporter, account = _counting(processor.span_exporter, None)
         elif isinstance(processor, BatchSpanProcessor) and hasattr(processor, "_batch_processor"):
             batch = processor._batch_processor  # noqa: SLF001 - the exporter has no setter
-            batch._exporter = _counting(batch._exporter, counters)  # noqa: SLF001
+            batch._exporter, account = _counting(batch._exporter, batch._queue)  # noqa: SLF001
+        else:
+            continue
+        accounts.append(account)
+    return accounts
 
 
-def _counting(exporter: SpanExporter, counters: Counters) -> CountingExporter:
+def _counting(exporter: SpanExporter, queue: Any) -> tuple[CountingExporter, Account]:
     if isinstance(exporter, CountingExporter):
-        exporter.counters = counters
-        exporter._settled = False  # noqa: SLF001 - a new session counts afresh
-        return exporter
-    return CountingExporter(exporter, counters)
+        previous = exporter.account
+        previous.close(hand_over=True)
+        exporter.account = Account(queue, carried_in=previous.handed_over)
+        return exporter, exporter.account
+    account = Account(queue)
+    return CountingExporter(exporter, account), account
 
 
-def settle(provider: TracerProvider, counters: Counters) -> int:
-    """At a shutdown deadline: brickscope's spans still queued or being exported in the
-    provider's pipelines are counted dropped (``dropped_at_shutdown``); returns how many."""
-    left = 0
-    for processor in provider_processors(provider):
-        exporter = None
-        if isinstance(processor, SimpleSpanProcessor):
-            exporter = processor.span_exporter
-        elif isinstance(processor, BatchSpanProcessor) and hasattr(processor, "_batch_processor"):
-            batch = processor._batch_processor  # noqa: SLF001
-            exporter = batch._exporter  # noqa: SLF001
-            if isinstance(exporter, CountingExporter) and exporter.counters is counters:
-                left += ours(list(batch._queue))  # noqa: SLF001 - settled: a late export is not counted
-        if isinstance(exporter, CountingExporter) and exporter.counters is counters:
-            left += exporter.settle()
-    if left:
-        counters.add("spans_dropped", left)
-        counters.add("dropped_at_shutdown", left)
-    return left
+def totals(accounts: list[Account]) -> dict[str, int]:
+    """The accounts' figures summed, for ``stats()``."""
+    summed: dict[str, int] = {}
+    for account in accounts:
+        for key, value in account.totals().items():
+            summed[key] = summed.get(key, 0) + value
+    return summed

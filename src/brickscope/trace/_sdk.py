@@ -19,7 +19,6 @@ from opentelemetry.sdk.trace.sampling import Decision, ParentBased, StaticSample
 
 from brickscope.trace._aggregation import CategoryAggregator
 from brickscope.trace._counters import Counters
-from brickscope.trace._spans import INSTRUMENTATION_SCOPE
 
 
 def provider_processors(provider: TracerProvider) -> tuple:
@@ -49,24 +48,18 @@ OTHER, AGGREGATOR, SIMPLE, BATCH = 0, 1, 2, 3
 
 
 def _kind(processor: SpanProcessor) -> tuple[SpanProcessor, int, Any]:
+    """(processor, kind, the delivery account of an export pipeline or None)."""
     if isinstance(processor, CategoryAggregator):
         return processor, AGGREGATOR, None
-    if isinstance(processor, SimpleSpanProcessor) and _counted(processor.span_exporter):
-        return processor, SIMPLE, None
+    if isinstance(processor, SimpleSpanProcessor):
+        exporter = processor.span_exporter
+        if getattr(exporter, "counts_deliveries", False) is True:
+            return processor, SIMPLE, exporter.account
     if isinstance(processor, BatchSpanProcessor) and hasattr(processor, "_batch_processor"):
-        batch = processor._batch_processor  # noqa: SLF001
-        if _counted(batch._exporter):  # noqa: SLF001
-            return processor, BATCH, batch
+        exporter = processor._batch_processor._exporter  # noqa: SLF001
+        if getattr(exporter, "counts_deliveries", False) is True:
+            return processor, BATCH, exporter.account
     return processor, OTHER, None
-
-
-def _counted(exporter: Any) -> bool:
-    """Whether ``exporter`` counts deliveries (a ``_delivery.CountingExporter``)."""
-    return getattr(exporter, "counts_deliveries", False) is True
-
-
-def _is_ours(span: Any) -> bool:
-    return getattr(span, "instrumentation_scope", None) is INSTRUMENTATION_SCOPE
 
 
 class Downstream:
@@ -91,33 +84,21 @@ class Downstream:
 
         A CategoryAggregator gets the attributes dict we just built along with the span,
         sparing it a read-only view and six lookups through it per span. Export pipelines
-        count the span produced, and dropped when the SDK will not keep it: its queue is
-        full (the SDK drops the oldest span: counted when that one is ours) or shut down.
+        count the span handed to them (see ``_delivery``).
         """
         span, attributes = built
         if processors is None:
             processors = self.processors()
-        counts = self._counts
-        for processor, kind, batch in processors:
+        for processor, kind, account in processors:
             try:
                 if kind == AGGREGATOR:
                     processor.fold(span, attributes)
                     continue
-                if kind:
-                    counts["spans_produced"] += 1
-                    if kind == BATCH:
-                        queue = batch._queue  # noqa: SLF001
-                        if batch._shutdown:  # noqa: SLF001 - emit() ignores the span
-                            counts["spans_dropped"] += 1
-                            counts["dropped_after_shutdown"] += 1
-                        elif len(queue) >= batch._max_queue_size and _is_ours(queue[-1]):  # noqa: SLF001
-                            counts["spans_dropped"] += 1
-                            counts["dropped_queue_full"] += 1
+                if kind and not account.closed:
+                    account.handed += 1
                 processor.on_end(span)
             except Exception:  # opentelemetry-python#5624: never let one reach the app
                 self._counts["processor_errors"] += 1
-                if kind:
-                    counts["spans_dropped"] += 1
                 self._counters.log_once(f"on_end:{type(processor).__name__}", "brickscope: a span processor failed")
 
     def batch_queues(self) -> list[Any]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
+from brickscope.trace import _delivery
 from brickscope.trace._counters import Counters
 from brickscope.trace._recorder import CLOSE_ACTIONS, LATE, Recorder
 from brickscope.trace._resolution import Resolver
@@ -106,6 +107,8 @@ class GpuSyncSpanProcessor(SpanProcessor):
             self.counters,
         )
         self._shutdown = False
+        self._provider = tracer_provider
+        self._accounts: list[_delivery.Account] = []
 
     @property
     def timer(self) -> Any:
@@ -159,10 +162,22 @@ class GpuSyncSpanProcessor(SpanProcessor):
     # ---- introspection -----------------------------------------------------------
 
     def stats(self) -> dict[str, int]:
-        """Counters of everything this processor did: recorded, emitted, forced syncs, errors..."""
+        """Counters of everything this processor did: recorded, emitted, forced syncs, errors,
+        and what became of the spans in the export pipelines (see ``_delivery``)."""
         counts = dict(self.counters.values)
         counts["pending"] = len(self.recorder.pending)
+        for key, value in _delivery.totals(self._accounts).items():
+            counts[key] = counts.get(key, 0) + value
         return counts
+
+    def track_deliveries(self) -> None:
+        """Count what the provider's export pipelines deliver of our spans, from now on."""
+        self._accounts = _delivery.wrap_exporters(self._provider)
+
+    def close_deliveries(self) -> int:
+        """Close the books (a shutdown deadline): what is still queued or being exported is
+        counted lost. Returns how many."""
+        return sum(account.close(hand_over=False) for account in self._accounts)
 
     def count(self, what: str) -> None:
         """Count one event of ``what``."""
