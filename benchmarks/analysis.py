@@ -46,12 +46,24 @@ from brickscope.trace import attributes as A
 T0 = 1_700_000_000_000_000_000
 LAYERS = 4
 BRICKS = [
-    ("rms_norm", "norm", 7), ("qkv_projection", "attention", 7), ("attention_score", "attention", 7),
-    ("o_proj", "attention", 7), ("all_reduce", "communication", 9), ("ffn_up", "ffn", 7), ("ffn_down", "ffn", 7),
+    ("rms_norm", "norm", 7),
+    ("qkv_projection", "attention", 7),
+    ("attention_score", "attention", 7),
+    ("o_proj", "attention", 7),
+    ("all_reduce", "communication", 9),
+    ("ffn_up", "ffn", 7),
+    ("ffn_down", "ffn", 7),
 ]
 SPANS_PER_STEP = 1 + LAYERS * (1 + 2 * len(BRICKS))  # step, layers, a brick and a kernel each
 _RESOURCES = [
-    Resource({"service.name": "bench", A.RANK: rank, A.HOST_NAME: "node", A.GPU_DEVICE_NAMES: ("NVIDIA H100 80GB HBM3",) * 2})
+    Resource(
+        {
+            "service.name": "bench",
+            A.RANK: rank,
+            A.HOST_NAME: "node",
+            A.GPU_DEVICE_NAMES: ("NVIDIA H100 80GB HBM3",) * 2,
+        }
+    )
     for rank in range(2)
 ]
 
@@ -72,26 +84,69 @@ def make_spans(count: int, seed: int = 1) -> Iterator[ReadableSpan]:
                 span_id += 1
                 for name, category, stream in BRICKS:
                     duration = rng.randint(20_000, 60_000) * (10 if step == 0 else 1)  # a slow warm-up step
-                    common = {A.STEP_NUMBER: step, A.LAYER_INDEX: layer, A.CLOCK: A.CLOCK_CUDA,
-                              A.GPU_DEVICE_ID: device, A.GPU_STREAM_ID: stream, A.BRICK_NAME: name,
-                              A.BRICK_CATEGORY: category}
+                    common = {
+                        A.STEP_NUMBER: step,
+                        A.LAYER_INDEX: layer,
+                        A.CLOCK: A.CLOCK_CUDA,
+                        A.GPU_DEVICE_ID: device,
+                        A.GPU_STREAM_ID: stream,
+                        A.BRICK_NAME: name,
+                        A.BRICK_CATEGORY: category,
+                    }
                     start = t if stream == 7 else t - duration // 2  # the all-reduce overlaps the brick before
-                    brick = {**common, A.SCOPE_KIND: "brick", A.BRICK_SELF_DURATION_NS: duration,
-                             A.BRICK_ELEMENTS: 4096, A.WORK_BYTES: 8 << 20, A.WORK_FLOPS: 2e9}
-                    children.append(make_span(span_id, name, start, start + duration, layer_id,
-                                              attributes=brick, resource=resource))
+                    brick = {
+                        **common,
+                        A.SCOPE_KIND: "brick",
+                        A.BRICK_SELF_DURATION_NS: duration,
+                        A.BRICK_ELEMENTS: 4096,
+                        A.WORK_BYTES: 8 << 20,
+                        A.WORK_FLOPS: 2e9,
+                    }
+                    children.append(
+                        make_span(
+                            span_id, name, start, start + duration, layer_id, attributes=brick, resource=resource
+                        )
+                    )
                     kernel = {**common, A.SCOPE_KIND: "kernel", A.KERNEL_NAME: f"{name}_kernel"}
-                    children.append(make_span(span_id + 1, f"{name}_kernel", start + 1000, start + duration - 1000,
-                                              span_id, attributes=kernel, resource=resource))
+                    children.append(
+                        make_span(
+                            span_id + 1,
+                            f"{name}_kernel",
+                            start + 1000,
+                            start + duration - 1000,
+                            span_id,
+                            attributes=kernel,
+                            resource=resource,
+                        )
+                    )
                     span_id += 2
                     t = max(t, start + duration) + rng.randint(0, 5_000)
-                children.append(make_span(layer_id, "layer", layer_start, t, step_id, resource=resource,
-                                          attributes={A.SCOPE_KIND: "layer", A.LAYER_INDEX: layer, A.STEP_NUMBER: step,
-                                                      A.CLOCK: A.CLOCK_CUDA}))
+                children.append(
+                    make_span(
+                        layer_id,
+                        "layer",
+                        layer_start,
+                        t,
+                        step_id,
+                        resource=resource,
+                        attributes={
+                            A.SCOPE_KIND: "layer",
+                            A.LAYER_INDEX: layer,
+                            A.STEP_NUMBER: step,
+                            A.CLOCK: A.CLOCK_CUDA,
+                        },
+                    )
+                )
             clock[rank] = t + 10_000
-            yield make_span(step_id, "step", step_start, t, None, resource=resource,
-                            attributes={A.SCOPE_KIND: "step", A.STEP_NUMBER: step, A.CLOCK: A.CLOCK_CUDA,
-                                        A.STEP_TOKENS: 8})
+            yield make_span(
+                step_id,
+                "step",
+                step_start,
+                t,
+                None,
+                resource=resource,
+                attributes={A.SCOPE_KIND: "step", A.STEP_NUMBER: step, A.CLOCK: A.CLOCK_CUDA, A.STEP_TOKENS: 8},
+            )
             yield from children
             made += SPANS_PER_STEP
         step += 1
@@ -123,8 +178,13 @@ def _child_pipeline(path: str, backend: str) -> dict[str, Any]:
     text = render(report, "json")
     t3 = time.perf_counter()
     return {
-        "spans": table.rows, "load_s": t1 - t0, "analyse_s": t2 - t1, "render_s": t3 - t2, "total_s": t3 - t0,
-        "json_bytes": len(text), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "spans": table.rows,
+        "load_s": t1 - t0,
+        "analyse_s": t2 - t1,
+        "render_s": t3 - t2,
+        "total_s": t3 - t0,
+        "json_bytes": len(text),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 
@@ -139,7 +199,9 @@ def pipeline(spans: int, backend: str) -> dict[str, Any]:
             [sys.executable, __file__, "_child", path, backend], capture_output=True, text=True, check=True
         )
     result = json.loads(out.stdout)
-    result.update(file_mb=size / 1e6, write_s=written, backend=backend, spans_per_s=result["spans"] / result["total_s"])
+    result.update(
+        file_mb=size / 1e6, write_s=written, backend=backend, spans_per_s=result["spans"] / result["total_s"]
+    )
     return result
 
 
@@ -188,9 +250,15 @@ def _polars_operations(table: Any) -> float:
         frame.filter(pl.col("kind").is_in([3, 4]))
         .group_by("op")
         .agg(
-            pl.len().alias("count"), pl.col("duration").sum(), pl.col("self").sum().alias("self_sum"),
-            pl.col("elements").sum(), pl.col("bytes").sum(),
-            *(pl.col("self").quantile(q, interpolation="higher").alias(f"p{int(q * 100)}") for q in (0.5, 0.9, 0.99)),
+            pl.len().alias("count"),
+            pl.col("duration").sum(),
+            pl.col("self").sum().alias("self_sum"),
+            pl.col("elements").sum(),
+            pl.col("bytes").sum(),
+            *(
+                pl.col("self").quantile(q, interpolation="higher").alias(f"p{int(q * 100)}")
+                for q in (0.5, 0.9, 0.99)
+            ),
             pl.col("self").max().alias("max"),
         )
     )

@@ -49,7 +49,10 @@ def span(
     **extra: object,
 ) -> ReadableSpan:
     """A brickscope span as the recorder would emit it (GPU-timed when ``device`` is given)."""
-    attributes: dict[str, object] = {A.SCOPE_KIND: kind, A.CLOCK: "cuda" if device is not None or kind == "step" else "host"}
+    attributes: dict[str, object] = {
+        A.SCOPE_KIND: kind,
+        A.CLOCK: "cuda" if device is not None or kind == "step" else "host",
+    }
     if device is not None:
         attributes[A.GPU_DEVICE_ID] = device
         attributes[A.GPU_STREAM_ID] = stream
@@ -68,8 +71,13 @@ def span(
     context = SpanContext(TRACE_ID, span_id, False, TraceFlags(TraceFlags.SAMPLED))
     parent_context = SpanContext(TRACE_ID, parent, False, TraceFlags(TraceFlags.SAMPLED)) if parent else None
     return ReadableSpan(
-        name=name, context=context, parent=parent_context, resource=resource, attributes=attributes,
-        start_time=T0 + start_us * US, end_time=T0 + end_us * US,
+        name=name,
+        context=context,
+        parent=parent_context,
+        resource=resource,
+        attributes=attributes,
+        start_time=T0 + start_us * US,
+        end_time=T0 + end_us * US,
     )
 
 
@@ -93,14 +101,52 @@ def two_rank_trace() -> dict[int, list[ReadableSpan]]:
     gpu1 = {"device": 1}
     rank0 = [
         span(1, "step", "step", 0, 1000, r0, step=0, **{A.STEP_TOKENS: 8}),
-        span(2, "gemm", "brick", 0, 900, r0, parent=1, stream=7, step=0, category="matmul",
-             **gpu0, **{A.BRICK_ELEMENTS: 1000, A.WORK_BYTES: 8_000_000, A.WORK_FLOPS: 4e9}),
-        span(3, "all_reduce", "brick", 800, 1000, r0, parent=1, stream=9, step=0, category="communication",
-             **gpu0, **{A.WORK_BYTES: 2_000_000}),
+        span(
+            2,
+            "gemm",
+            "brick",
+            0,
+            900,
+            r0,
+            parent=1,
+            stream=7,
+            step=0,
+            category="matmul",
+            **gpu0,
+            **{A.BRICK_ELEMENTS: 1000, A.WORK_BYTES: 8_000_000, A.WORK_FLOPS: 4e9},
+        ),
+        span(
+            3,
+            "all_reduce",
+            "brick",
+            800,
+            1000,
+            r0,
+            parent=1,
+            stream=9,
+            step=0,
+            category="communication",
+            **gpu0,
+            **{A.WORK_BYTES: 2_000_000},
+        ),
         span(4, "step", "step", 1000, 1400, r0, step=1, **{A.STEP_TOKENS: 8}),
-        span(5, "gemm", "brick", 1000, 1100, r0, parent=4, stream=7, step=1, category="matmul",
-             **gpu0, **{A.WORK_OUTPUT_SHAPE: (1000, 500), A.WORK_DTYPE: "bfloat16"}),
-        span(6, "all_reduce", "brick", 1050, 1250, r0, parent=4, stream=9, step=1, category="communication", **gpu0),
+        span(
+            5,
+            "gemm",
+            "brick",
+            1000,
+            1100,
+            r0,
+            parent=4,
+            stream=7,
+            step=1,
+            category="matmul",
+            **gpu0,
+            **{A.WORK_OUTPUT_SHAPE: (1000, 500), A.WORK_DTYPE: "bfloat16"},
+        ),
+        span(
+            6, "all_reduce", "brick", 1050, 1250, r0, parent=4, stream=9, step=1, category="communication", **gpu0
+        ),
         span(7, "gemm", "brick", 1300, 1400, r0, parent=4, stream=7, step=1, category="matmul", **gpu0),
         span(8, "step", "step", 1400, 1700, r0, step=2, **{A.STEP_TOKENS: 8}),
         span(9, "ffn", "brick", 1400, 1700, r0, parent=8, stream=7, step=2, category="ffn", self_us=200, **gpu0),
@@ -109,10 +155,25 @@ def two_rank_trace() -> dict[int, list[ReadableSpan]]:
     rank1 = [
         span(11, "step", "step", 0, 500, r1, step=0, **{A.STEP_TOKENS: 8}),
         span(12, "gemm", "brick", 0, 100, r1, parent=11, stream=7, step=0, category="matmul", **gpu1),
-        span(13, "all_reduce", "brick", 100, 450, r1, parent=11, stream=7, step=0, category="communication", **gpu1),
+        span(
+            13, "all_reduce", "brick", 100, 450, r1, parent=11, stream=7, step=0, category="communication", **gpu1
+        ),
         span(14, "step", "step", 500, 800, r1, step=1, **{A.STEP_TOKENS: 8}),
         span(15, "gemm", "brick", 500, 600, r1, parent=14, stream=7, step=1, category="matmul", **gpu1),
-        span(16, "sgemm", "kernel", 500, 590, r1, parent=15, stream=7, step=1, category="matmul", brick="gemm", **gpu1),
+        span(
+            16,
+            "sgemm",
+            "kernel",
+            500,
+            590,
+            r1,
+            parent=15,
+            stream=7,
+            step=1,
+            category="matmul",
+            brick="gemm",
+            **gpu1,
+        ),
         span(17, "step", "step", 800, 900, r1, step=2, **{A.STEP_TOKENS: 8}),
         span(18, "gemm", "brick", 800, 900, r1, parent=17, stream=7, step=2, category="matmul", **gpu1),
     ]
@@ -141,7 +202,9 @@ def write_pftrace(path: Path, spans: list[ReadableSpan]) -> Path:
 def _hex_ids(value: object) -> object:
     if isinstance(value, dict):
         return {
-            k: base64.b64decode(v).hex() if k in ("traceId", "spanId", "parentSpanId") and isinstance(v, str) else _hex_ids(v)
+            k: base64.b64decode(v).hex()
+            if k in ("traceId", "spanId", "parentSpanId") and isinstance(v, str)
+            else _hex_ids(v)
             for k, v in value.items()
         }
     if isinstance(value, list):

@@ -57,7 +57,9 @@ def test_union_length_equals_covered_points(data):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(0, 50), min_size=1, max_size=40), st.lists(st.integers(0, 50), min_size=1, max_size=40))
+@given(
+    st.lists(st.integers(0, 50), min_size=1, max_size=40), st.lists(st.integers(0, 50), min_size=1, max_size=40)
+)
 def test_rank_sum_test_agrees(a, b):
     """Both backends give the same z and p (numpy's ranks against the Python loop)."""
     results = [be.rank_sum_test(be.column(a, "int64"), be.column(b, "int64")) for be in BACKENDS]

@@ -68,14 +68,21 @@ class TestCompare:
         gemm = by_name["gemm"]
         assert (gemm.verdict, gemm.base_p50_ns, gemm.new_p50_ns) == ("regression", 109_000, 139_000)
         assert gemm.p50_change_pct == pytest.approx(30 / 109 * 100)
-        assert (gemm.base_total_ns, gemm.new_total_ns) == (sum(range(100, 120)) * 1000, sum(range(130, 150)) * 1000)
+        assert (gemm.base_total_ns, gemm.new_total_ns) == (
+            sum(range(100, 120)) * 1000,
+            sum(range(130, 150)) * 1000,
+        )
         z, p = _mann_whitney(NEW["gemm"], BASE["gemm"])
         assert (gemm.z, gemm.p_value) == (pytest.approx(z), pytest.approx(p))
-        assert by_name["ffn"].verdict == "improvement" and by_name["ffn"].p50_change_pct == pytest.approx(-50 / 209 * 100)
+        assert by_name["ffn"].verdict == "improvement" and by_name["ffn"].p50_change_pct == pytest.approx(
+            -50 / 209 * 100
+        )
         assert by_name["rms_norm"].verdict == "unchanged" and by_name["rms_norm"].p_value == pytest.approx(1.0)
         noisy = by_name["noisy"]
         assert noisy.verdict == "unchanged" and noisy.p50_change_pct == pytest.approx(2 / 109 * 100)
-        assert noisy.p_value == pytest.approx(_mann_whitney(NEW["noisy"], BASE["noisy"])[1]) and noisy.p_value > 0.01
+        assert (
+            noisy.p_value == pytest.approx(_mann_whitney(NEW["noisy"], BASE["noisy"])[1]) and noisy.p_value > 0.01
+        )
         assert [c.name for c in comparison.regressions] == ["gemm"]
         assert [c.name for c in comparison.improvements] == ["ffn"]
         assert (comparison.added, comparison.removed) == (("brick rope",), ("brick dropout",))
@@ -96,7 +103,9 @@ class TestCompare:
 class TestDiffCommand:
     @pytest.fixture(name="runs")
     def _runs(self, tmp_path):
-        return write_otlp_json(tmp_path / "base.jsonl", _spans(BASE)), write_otlp_json(tmp_path / "new.jsonl", _spans(NEW))
+        return write_otlp_json(tmp_path / "base.jsonl", _spans(BASE)), write_otlp_json(
+            tmp_path / "new.jsonl", _spans(NEW)
+        )
 
     def test_fail_above_guards_ci(self, runs, capsys):
         """+27.5% on gemm: --fail-above 20 exits 1 naming it; --fail-above 30 exits 0."""
@@ -113,7 +122,12 @@ class TestDiffCommand:
         data = json.loads(capsys.readouterr().out)
         assert data["schema"] == 1 and data["alpha"] == 0.01
         verdicts = {c["name"]: c["verdict"] for c in data["changes"]}
-        assert verdicts == {"gemm": "regression", "ffn": "improvement", "rms_norm": "unchanged", "noisy": "unchanged"}
+        assert verdicts == {
+            "gemm": "regression",
+            "ffn": "improvement",
+            "rms_norm": "unchanged",
+            "noisy": "unchanged",
+        }
 
     def test_bad_input(self, runs, tmp_path, capsys):
         """A missing run: one line naming it, exit 1, nothing on stdout."""

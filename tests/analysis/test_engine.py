@@ -35,7 +35,11 @@ class TestOperations:
         gemm = _op(report, "gemm")
         assert (gemm.count, gemm.total_ns, gemm.self_ns) == (7, 1500 * US, 1500 * US)
         assert (gemm.p50_ns, gemm.p90_ns, gemm.p99_ns, gemm.min_ns, gemm.max_ns) == (
-            100 * US, 900 * US, 900 * US, 100 * US, 900 * US,
+            100 * US,
+            900 * US,
+            900 * US,
+            100 * US,
+            900 * US,
         )
         assert gemm.mean_ns == pytest.approx(1500 * US / 7)
         # brick self time in all: gemm 1500 + all_reduce 200+200+350 + ffn 300-100 = 2450 us
@@ -47,7 +51,13 @@ class TestOperations:
     def test_nested_brick_self_time(self, report):
         """ffn [1400,1700) holds gemm [1400,1500): total 300 us, self 200 us; its distribution is of self time."""
         ffn = _op(report, "ffn")
-        assert (ffn.count, ffn.total_ns, ffn.self_ns, ffn.p50_ns, ffn.max_ns) == (1, 300 * US, 200 * US, 200 * US, 200 * US)
+        assert (ffn.count, ffn.total_ns, ffn.self_ns, ffn.p50_ns, ffn.max_ns) == (
+            1,
+            300 * US,
+            200 * US,
+            200 * US,
+            200 * US,
+        )
         assert ffn.share == pytest.approx(200 / 2450)
 
     def test_all_reduce_and_order(self, report):
@@ -55,7 +65,10 @@ class TestOperations:
         reduce = _op(report, "all_reduce")
         assert (reduce.count, reduce.self_ns, reduce.p50_ns, reduce.p90_ns) == (3, 750 * US, 200 * US, 350 * US)
         assert [(s.kind, s.name) for s in report.operations] == [
-            ("brick", "gemm"), ("brick", "all_reduce"), ("brick", "ffn"), ("kernel", "sgemm"),
+            ("brick", "gemm"),
+            ("brick", "all_reduce"),
+            ("brick", "ffn"),
+            ("kernel", "sgemm"),
         ]
 
     def test_kernels_are_separate(self, report):
@@ -67,7 +80,9 @@ class TestOperations:
     def test_categories(self, report):
         """Categories sum their bricks: matmul 1500, communication 750, ffn 200 us of self time."""
         assert [(c.name, c.count, c.self_ns) for c in report.categories] == [
-            ("matmul", 7, 1500 * US), ("communication", 3, 750 * US), ("ffn", 1, 200 * US),
+            ("matmul", 7, 1500 * US),
+            ("communication", 3, 750 * US),
+            ("ffn", 1, 200 * US),
         ]
         assert report.categories[0].p90_ns == 900 * US
 
@@ -76,7 +91,9 @@ class TestInstances:
     def test_slowest_with_where_they_ran(self, report):
         """By self time: the warm-up gemm, rank 1's all_reduce, then three 200 us bricks by start time
         (rank 0's all-reduces at 800 and 1050 us, the ffn, whose 300 us hold a 100 us gemm)."""
-        assert [(i.name, i.self_ns, i.duration_ns, i.step, i.rank, i.device, i.span_id) for i in report.slowest] == [
+        assert [
+            (i.name, i.self_ns, i.duration_ns, i.step, i.rank, i.device, i.span_id) for i in report.slowest
+        ] == [
             ("gemm", 900 * US, 900 * US, 0, "0", "gpu 0", f"{2:016x}"),
             ("all_reduce", 350 * US, 350 * US, 0, "1", "gpu 1", f"{13:016x}"),
             ("all_reduce", 200 * US, 200 * US, 0, "0", "gpu 0", f"{3:016x}"),
@@ -89,7 +106,10 @@ class TestInstances:
         """900 us > 3 x gemm's median (100 us); no all_reduce is above 3 x 200 us."""
         (outlier,) = report.outliers
         assert (outlier.instance.name, outlier.instance.step, outlier.median_ns, outlier.ratio) == (
-            "gemm", 0, 100 * US, 9.0,
+            "gemm",
+            0,
+            100 * US,
+            9.0,
         )
 
 
@@ -99,7 +119,11 @@ class TestPlacement:
         gpu 1: [0,450) u [500,600) u [800,900) = 650 us, steps [0,900) leave 250 us idle."""
         gpu0, gpu1 = report.devices
         assert (gpu0.name, gpu0.model, gpu0.count, gpu0.busy_ns, gpu0.idle_in_steps_ns) == (
-            "gpu 0", "NVIDIA H100 80GB HBM3", 7, 1650 * US, 50 * US,
+            "gpu 0",
+            "NVIDIA H100 80GB HBM3",
+            7,
+            1650 * US,
+            50 * US,
         )
         assert (gpu1.name, gpu1.count, gpu1.busy_ns, gpu1.idle_in_steps_ns) == ("gpu 1", 5, 650 * US, 250 * US)
 
@@ -114,7 +138,8 @@ class TestPlacement:
     def test_ranks(self, report):
         """Each rank ran one GPU: the same busy and idle times as its device."""
         assert [(r.name, r.count, r.busy_ns, r.idle_in_steps_ns) for r in report.ranks] == [
-            ("0", 7, 1650 * US, 50 * US), ("1", 5, 650 * US, 250 * US),
+            ("0", 7, 1650 * US, 50 * US),
+            ("1", 5, 650 * US, 250 * US),
         ]
 
     def test_load_balance(self, report):
@@ -129,8 +154,12 @@ class TestPlacement:
         """Six steps of 1000, 400, 300, 500, 300, 100 us, 8 tokens each: 48 tokens in 2600 us."""
         throughput = report.throughput
         assert [(s.step, s.rank, s.duration_ns) for s in throughput.steps] == [
-            (0, "0", 1000 * US), (0, "1", 500 * US), (1, "0", 400 * US),
-            (1, "1", 300 * US), (2, "0", 300 * US), (2, "1", 100 * US),
+            (0, "0", 1000 * US),
+            (0, "1", 500 * US),
+            (1, "0", 400 * US),
+            (1, "1", 300 * US),
+            (2, "0", 300 * US),
+            (2, "1", 100 * US),
         ]
         assert throughput.tokens == 48
         assert throughput.tokens_per_second == pytest.approx(48 / 2600e-6)
@@ -162,7 +191,8 @@ class TestMemoryAndRoofline:
         memory = report.memory
         assert memory.total_bytes == 11_000_000
         assert [(m.name, m.count, m.bytes, m.max_bytes) for m in memory.operations] == [
-            ("gemm", 2, 9_000_000, 8_000_000), ("all_reduce", 1, 2_000_000, 2_000_000),
+            ("gemm", 2, 9_000_000, 8_000_000),
+            ("all_reduce", 1, 2_000_000, 2_000_000),
         ]
         assert memory.operations[0].share == pytest.approx(9 / 11)
         assert (memory.peak.name, memory.peak.span_id, memory.peak_bytes) == ("gemm", f"{2:016x}", 8_000_000)
@@ -215,3 +245,25 @@ class TestFilters:
             analyse(table, steps=(5, None))
         with pytest.raises(AnalysisError, match="no GPU device 3"):
             analyse(table, devices=[3])
+
+
+def test_malformed_attribute_values_do_not_shift_columns(backend):
+    """A string step number, a huge element count, a text flops: the row keeps its place, the
+    bad values become 'absent', and the rows around them keep theirs."""
+    from analysis_synthetic import _resource, span
+
+    from brickscope.trace import attributes as A
+
+    spans = [
+        span(1, "ok", "brick", 0, 10, _resource(0), step=1, **{A.BRICK_ELEMENTS: 5}),
+        span(2, "bad", "brick", 10, 30, _resource(0), **{A.STEP_NUMBER: "two", A.BRICK_ELEMENTS: 1 << 70}),
+        span(3, "ok", "brick", 30, 40, _resource(0), step=3, **{A.WORK_FLOPS: "many"}),
+    ]
+    builder = TableBuilder(get_backend(backend))
+    builder.add_all(spans)
+    table = builder.build()
+    be = table.backend
+    assert be.to_list(table["step"]) == [1, -1, 3]
+    assert be.to_list(table["elements"]) == [5, 0, 0]
+    assert be.to_list(table["duration"]) == [10 * US, 20 * US, 10 * US]
+    assert be.to_list(table["flops"]) == [0.0, 0.0, 0.0]

@@ -41,6 +41,26 @@ class TestFormatsAgree:
         assert from_json.load_balance["devices"].imbalance_ratio == pytest.approx(500 / 1150)
         assert len(from_json.sources) == 2
 
+    def test_merged_multi_rank_pftrace(self, files, tmp_path):
+        """`brickscope merge` of the per-rank files: one file, the same report as the two files."""
+        assert (
+            main(
+                [
+                    "merge",
+                    str(files / "perfetto" / "rank0.pftrace"),
+                    str(files / "perfetto" / "rank1.pftrace"),
+                    "-o",
+                    str(tmp_path / "all.pftrace"),
+                    "-q",
+                ]
+            )
+            == 0
+        )
+        merged = analyse(load(tmp_path / "all.pftrace"), top=5)
+        separate = analyse(load(files / "perfetto"), top=5)
+        assert to_json(_without_sources(merged)) == to_json(_without_sources(separate))
+        assert [r.name for r in merged.ranks] == ["0", "1"]
+
     def test_directory_equals_the_files_listed(self, files):
         """A directory of per-rank files is the same input as its files named one by one."""
         listed = analyse(load(files / "json" / "rank0.jsonl", files / "json" / "rank1.jsonl"))
@@ -52,10 +72,23 @@ class TestCommandLine:
     def test_report_json_is_schema_1(self, files, capsys):
         """--format json prints the documented keys, nanoseconds, and schema 1."""
         assert main(["report", str(files / "perfetto"), "--format", "json", "--top", "2"]) == 0
-        data = json.loads(capsys.readouterr().out)
+        captured = capsys.readouterr()
+        assert captured.err == ""  # no progress line when stderr is not a terminal
+        data = json.loads(captured.out)
         assert data["schema"] == 1
-        for key in ("operations", "categories", "slowest", "devices", "ranks", "load_balance",
-                    "communication", "memory", "roofline", "outliers", "throughput"):
+        for key in (
+            "operations",
+            "categories",
+            "slowest",
+            "devices",
+            "ranks",
+            "load_balance",
+            "communication",
+            "memory",
+            "roofline",
+            "outliers",
+            "throughput",
+        ):
             assert key in data
         assert data["load_balance"]["devices"]["imbalance_ratio"] == pytest.approx(500 / 1150)
         assert data["slowest"][0]["duration_ns"] == 900_000 and len(data["slowest"]) == 2
@@ -166,7 +199,9 @@ def test_report_of_the_quickstart_trace(tmp_path, capsys):
     quickstart = Path(__file__).resolve().parents[2] / "examples" / "quickstart.py"
     run = subprocess.run(
         [sys.executable, str(quickstart), "--out", str(tmp_path), "--steps", "2", "--clock", "host"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert run.returncode == 0, run.stderr
     assert main(["report", str(tmp_path / "trace.pftrace"), "--format", "json"]) == 0

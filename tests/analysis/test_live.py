@@ -79,4 +79,3 @@ class TestLiveSession:
         with capture_spans(aggregate=False) as captured:
             with pytest.raises(AnalysisError, match="aggregate=False"):
                 load(captured.session)
-

@@ -38,10 +38,18 @@ def register_report(subparsers: Any) -> None:
     )
     parser.add_argument("inputs", nargs="+", metavar="FILE", help="trace files or directories")
     _add_common(parser)
-    parser.add_argument("--top", type=_positive, default=10, metavar="N", help="slowest instances and outliers to list (10)")
     parser.add_argument(
-        "--peak", action="append", default=[], metavar="NAME=FLOPS,BYTES",
-        help="roofline peak for devices whose name contains NAME ('*': any device, host included), e.g. H100=989e12,3.35e12",
+        "--top", type=_positive, default=10, metavar="N", help="slowest instances and outliers to list (10)"
+    )
+    parser.add_argument(
+        "--peak",
+        action="append",
+        default=[],
+        metavar="NAME=FLOPS,BYTES",
+        help=(
+            "roofline peak for devices whose name contains NAME ('*': any device, host included),"
+            " e.g. H100=989e12,3.35e12"
+        ),
     )
     parser.set_defaults(func=run_report)
 
@@ -60,12 +68,17 @@ def register_diff(subparsers: Any) -> None:
     parser.add_argument("new", metavar="NEW", help="trace file or directory of the run to judge")
     _add_common(parser)
     parser.add_argument(
-        "--fail-above", type=float, metavar="PCT",
+        "--fail-above",
+        type=float,
+        metavar="PCT",
         help="exit 1 when a significant regression's median grew by more than PCT percent",
     )
     parser.add_argument("--alpha", type=float, default=ALPHA, help=f"significance level ({ALPHA})")
     parser.add_argument(
-        "--min-change", type=float, default=MIN_CHANGE_PCT, metavar="PCT",
+        "--min-change",
+        type=float,
+        default=MIN_CHANGE_PCT,
+        metavar="PCT",
         help=f"smallest median change reported as significant, percent ({MIN_CHANGE_PCT})",
     )
     parser.set_defaults(func=run_diff)
@@ -102,11 +115,14 @@ def _filtered(args: argparse.Namespace, inputs: list[str]) -> Any:
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=FORMATS, default="text", help="output format (text)")
-    parser.add_argument("--step", type=_step_range, metavar="A:B", help="only steps A <= step < B (either end may be empty)")
+    parser.add_argument(
+        "--step", type=_step_range, metavar="A:B", help="only steps A <= step < B (either end may be empty)"
+    )
     parser.add_argument("--rank", action="append", metavar="RANK", help="only this rank (repeatable)")
     parser.add_argument("--device", action="append", type=int, metavar="N", help="only GPU device N (repeatable)")
     parser.add_argument(
-        "--allow-truncated", action="store_true",
+        "--allow-truncated",
+        action="store_true",
         help="analyse the valid prefix of a truncated input (a writer killed mid-write) instead of failing",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress line")
@@ -138,7 +154,9 @@ def _load(args: argparse.Namespace, inputs: list[str]) -> Any:
         return shown[-1]
 
     try:
-        table = load(*inputs, backend=args.backend, allow_truncated=args.allow_truncated, progress_for=progress_for)
+        table = load(
+            *inputs, backend=args.backend, allow_truncated=args.allow_truncated, progress_for=progress_for
+        )
     finally:
         for progress in shown:
             progress.finish()
@@ -179,5 +197,3 @@ def _fail(args: argparse.Namespace, exc: AnalysisError) -> int:
     """One line naming the input and the problem, as every brickscope command prints it; status 1."""
     print(one_line(f"brickscope {args.command}: {exc}"), file=sys.stderr)
     return EXIT_BAD_INPUT
-
-

@@ -19,7 +19,9 @@ def communication(table: Table, operations: tuple[OperationStats, ...]) -> Commu
     communicating = {(op.kind, op.name, op.category) for op in table.operations if op.communication}
     selves = {kind: sum(s.self_ns for s in operations if s.kind == kind) for kind in ("brick", "kernel")}
     ops = tuple(
-        CommunicationOp(s.name, s.kind, s.count, s.total_ns, s.self_ns, s.self_ns / selves[s.kind] if selves[s.kind] else 0.0)
+        CommunicationOp(
+            s.name, s.kind, s.count, s.total_ns, s.self_ns, s.self_ns / selves[s.kind] if selves[s.kind] else 0.0
+        )
         for s in operations
         if (s.kind, s.name, s.category) in communicating
     )

@@ -66,7 +66,9 @@ class Comparison:
         return tuple(c for c in self.changes if c.verdict == "improvement")
 
 
-def compare(base: Table, new: Table, *, alpha: float = ALPHA, min_change_pct: float = MIN_CHANGE_PCT) -> Comparison:
+def compare(
+    base: Table, new: Table, *, alpha: float = ALPHA, min_change_pct: float = MIN_CHANGE_PCT
+) -> Comparison:
     """Per-operation changes from ``base`` to ``new`` (two tables of one backend)."""
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
@@ -86,14 +88,29 @@ def compare(base: Table, new: Table, *, alpha: float = ALPHA, min_change_pct: fl
             verdict = "regression" if p50_change > 0 else "improvement"
         changes.append(
             OperationChange(
-                key[1], key[0], n_before, n_after, p50_before, p50_after, p50_change,
-                total_before, total_after, _pct(total_before, total_after), z, p_value, verdict,
+                key[1],
+                key[0],
+                n_before,
+                n_after,
+                p50_before,
+                p50_after,
+                p50_change,
+                total_before,
+                total_after,
+                _pct(total_before, total_after),
+                z,
+                p_value,
+                verdict,
             )
         )
     order = {"regression": 0, "improvement": 1, "unchanged": 2}
     changes.sort(key=lambda c: (order[c.verdict], -abs(c.p50_change_pct), c.kind, c.name))
     return Comparison(
-        tuple(base.sources), tuple(new.sources), alpha, min_change_pct, tuple(changes),
+        tuple(base.sources),
+        tuple(new.sources),
+        alpha,
+        min_change_pct,
+        tuple(changes),
         added=tuple(f"{k} {n}" for k, n in sorted(new_ops.keys() - base_ops.keys())),
         removed=tuple(f"{k} {n}" for k, n in sorted(base_ops.keys() - new_ops.keys())),
     )

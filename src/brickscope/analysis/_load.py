@@ -100,7 +100,8 @@ def load(
 def _expand(path: str) -> list[str]:
     if os.path.isdir(path):
         names = sorted(
-            name for name in os.listdir(path)
+            name
+            for name in os.listdir(path)
             if name.endswith(_TRACE_SUFFIXES) and os.path.isfile(os.path.join(path, name))
         )
         if not names:

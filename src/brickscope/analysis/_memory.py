@@ -25,10 +25,15 @@ def memory(table: Table) -> Memory:
     count = be.group_count(carrying["op"], n)
     total = be.group_sum(carrying["op"], n, carrying["bytes"])
     largest = be.group_max(carrying["op"], n, carrying["bytes"])
-    per_kind = {kind: sum(total[g] for g, op in enumerate(table.operations) if op.kind == kind) for kind in ("brick", "kernel")}
+    per_kind = {
+        kind: sum(total[g] for g, op in enumerate(table.operations) if op.kind == kind)
+        for kind in ("brick", "kernel")
+    }
     ops = sorted(
         (
-            MemoryOp(op.name, op.kind, count[g], total[g], total[g] / count[g], largest[g], total[g] / per_kind[op.kind])
+            MemoryOp(
+                op.name, op.kind, count[g], total[g], total[g] / count[g], largest[g], total[g] / per_kind[op.kind]
+            )
             for g, op in enumerate(table.operations)
             if count[g]
         ),

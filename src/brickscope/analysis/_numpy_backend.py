@@ -126,7 +126,12 @@ class NumpyBackend:
         if not values.shape[0]:
             return values, offsets
         low, high = int(values.min()), int(values.max())
-        if values.dtype.kind == "i" and low >= 0 and high < (1 << _VALUE_BITS) and groups < (1 << (63 - _VALUE_BITS)):
+        if (
+            values.dtype.kind == "i"
+            and low >= 0
+            and high < (1 << _VALUE_BITS)
+            and groups < (1 << (63 - _VALUE_BITS))
+        ):
             key = (codes.astype(np.int64) << _VALUE_BITS) | values
             key.sort()
             return key & ((1 << _VALUE_BITS) - 1), offsets

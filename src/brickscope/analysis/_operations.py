@@ -115,11 +115,23 @@ def _group_stats(table: Table, codes: Any, names: list[tuple[str, str, str]], ro
         seconds = self_ns[g] / 1e9
         out.append(
             OperationStats(
-                name=name, kind=kind, category=category, count=count[g], total_ns=total[g],
-                self_ns=self_ns[g], share=0.0, mean_ns=self_ns[g] / count[g],
-                p50_ns=p50[g], p90_ns=p90[g], p99_ns=p99[g], min_ns=lowest[g], max_ns=highest[g],
-                elements=elements[g], elements_per_second=elements[g] / seconds if seconds and elements[g] else 0.0,
-                bytes=nbytes[g], bytes_per_second=nbytes[g] / seconds if seconds and nbytes[g] else 0.0,
+                name=name,
+                kind=kind,
+                category=category,
+                count=count[g],
+                total_ns=total[g],
+                self_ns=self_ns[g],
+                share=0.0,
+                mean_ns=self_ns[g] / count[g],
+                p50_ns=p50[g],
+                p90_ns=p90[g],
+                p99_ns=p99[g],
+                min_ns=lowest[g],
+                max_ns=highest[g],
+                elements=elements[g],
+                elements_per_second=elements[g] / seconds if seconds and elements[g] else 0.0,
+                bytes=nbytes[g],
+                bytes_per_second=nbytes[g] / seconds if seconds and nbytes[g] else 0.0,
             )
         )
     return out

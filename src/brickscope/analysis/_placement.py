@@ -89,7 +89,9 @@ def throughput(table: Table) -> Throughput:
     rows = zip(*(be.to_list(steps[name]) for name in ("step", "rank", "duration", "tokens", "start")))
     ordered = sorted(rows, key=lambda r: (r[0], _rank_order(table.ranks[r[1]]), r[4]))
     stats = tuple(
-        StepStats(number, table.ranks[rank], duration, tokens, tokens / (duration / 1e9) if duration and tokens else 0.0)
+        StepStats(
+            number, table.ranks[rank], duration, tokens, tokens / (duration / 1e9) if duration and tokens else 0.0
+        )
         for number, rank, duration, tokens, _ in ordered
     )
     total_ns = sum(s.duration_ns for s in stats)
@@ -104,7 +106,9 @@ def throughput(table: Table) -> Throughput:
 
 def _gpu_work(table: Table) -> Table:
     be = table.backend
-    mask = be.mask_and(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL)), be.mask_range(table["device"], 0, None))
+    mask = be.mask_and(
+        be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL)), be.mask_range(table["device"], 0, None)
+    )
     return table.select(mask)
 
 

@@ -111,7 +111,19 @@ class _Writer:
         return lines
 
     def operations(self, report: Report) -> list[str]:
-        header = ("count", "self ms", "share", "total ms", "mean us", "p50 us", "p90 us", "p99 us", "max us", "elem/s", "GB/s")
+        header = (
+            "count",
+            "self ms",
+            "share",
+            "total ms",
+            "mean us",
+            "p50 us",
+            "p90 us",
+            "p99 us",
+            "max us",
+            "elem/s",
+            "GB/s",
+        )
         lines = []
         brick_ns = sum(s.self_ns for s in report.operations if s.kind == "brick")
         clocks = ", ".join(report.clocks) or "none"
@@ -137,13 +149,27 @@ class _Writer:
     @staticmethod
     def figures(s: OperationStats) -> tuple[str, ...]:
         return (
-            str(s.count), _ms(s.self_ns), _share(s.share), _ms(s.total_ns), _us(s.mean_ns), _us(s.p50_ns),
-            _us(s.p90_ns), _us(s.p99_ns), _us(s.max_ns), _rate(s.elements_per_second), _rate(s.bytes_per_second, 1e9),
+            str(s.count),
+            _ms(s.self_ns),
+            _share(s.share),
+            _ms(s.total_ns),
+            _us(s.mean_ns),
+            _us(s.p50_ns),
+            _us(s.p90_ns),
+            _us(s.p99_ns),
+            _us(s.max_ns),
+            _rate(s.elements_per_second),
+            _rate(s.bytes_per_second, 1e9),
         )
 
     def where(self, i: Instance) -> tuple[str, ...]:
         return (
-            _opt(i.step), _opt(i.layer), self.name(i.rank), self.name(_opt(i.device)), self.name(_opt(i.stream)), i.span_id,
+            _opt(i.step),
+            _opt(i.layer),
+            self.name(i.rank),
+            self.name(_opt(i.device)),
+            self.name(_opt(i.stream)),
+            i.span_id,
         )
 
     def instances(self, report: Report) -> list[str]:
@@ -159,7 +185,13 @@ class _Writer:
         return lines + self.table(
             ("name", "kind", "self us", "median us", "x", "step", "layer", "rank", "device", "stream", "span"),
             [
-                (self.name(o.instance.name), o.instance.kind, _us(o.instance.self_ns), _us(o.median_ns), f"{o.ratio:.1f}")
+                (
+                    self.name(o.instance.name),
+                    o.instance.kind,
+                    _us(o.instance.self_ns),
+                    _us(o.median_ns),
+                    f"{o.ratio:.1f}",
+                )
                 + self.where(o.instance)
                 for o in report.outliers
             ],
@@ -171,8 +203,19 @@ class _Writer:
         if report.devices:
             rows = []
             for device in report.devices:
-                rows.append((self.name(device.name), self.name(device.model or "-"), str(device.count), _ms(device.busy_ns), _ms(device.idle_in_steps_ns)))
-                rows += [("  " + self.name(s.name), "", str(s.count), _ms(s.busy_ns), _ms(s.idle_in_steps_ns)) for s in device.streams]
+                rows.append(
+                    (
+                        self.name(device.name),
+                        self.name(device.model or "-"),
+                        str(device.count),
+                        _ms(device.busy_ns),
+                        _ms(device.idle_in_steps_ns),
+                    )
+                )
+                rows += [
+                    ("  " + self.name(s.name), "", str(s.count), _ms(s.busy_ns), _ms(s.idle_in_steps_ns))
+                    for s in device.streams
+                ]
             lines += self.table(("device / stream", "model", "count", "busy ms", "idle in steps ms"), rows, 2)
         else:
             lines += self.note("no GPU-timed spans (timed on the host clock)")
@@ -186,7 +229,15 @@ class _Writer:
         rows = []
         for key, balance in report.load_balance.items():
             if balance.busy_ns:
-                rows.append((key, f"{balance.imbalance_ratio:.3f}", _ms(balance.mean_busy_ns), _ms(balance.max_busy_ns), self.name(balance.straggler or "-")))
+                rows.append(
+                    (
+                        key,
+                        f"{balance.imbalance_ratio:.3f}",
+                        _ms(balance.mean_busy_ns),
+                        _ms(balance.max_busy_ns),
+                        self.name(balance.straggler or "-"),
+                    )
+                )
         return lines + self.table(("across", "imbalance", "mean busy ms", "max busy ms", "straggler"), rows, 1)
 
     def communication(self, report: Report) -> list[str]:
@@ -200,14 +251,20 @@ class _Writer:
         )
         lines += self.table(
             ("operation", "kind", "count", "self ms", "share", "total ms"),
-            [(self.name(o.name), o.kind, str(o.count), _ms(o.self_ns), _share(o.share), _ms(o.total_ns)) for o in comm.operations],
+            [
+                (self.name(o.name), o.kind, str(o.count), _ms(o.self_ns), _share(o.share), _ms(o.total_ns))
+                for o in comm.operations
+            ],
             2,
         )
         if comm.devices:
             lines += [""] if not self.markdown else []
             lines += self.table(
                 ("device", "communication ms", "overlapped ms", "exposed ms"),
-                [(self.name(d.device), _ms(d.communication_ns), _ms(d.overlapped_ns), _ms(d.exposed_ns)) for d in comm.devices],
+                [
+                    (self.name(d.device), _ms(d.communication_ns), _ms(d.overlapped_ns), _ms(d.exposed_ns))
+                    for d in comm.devices
+                ],
                 1,
             )
         return lines
@@ -226,7 +283,15 @@ class _Writer:
         return lines + self.table(
             ("operation", "kind", "count", "MB", "mean MB", "max MB", "share"),
             [
-                (self.name(m.name), m.kind, str(m.count), f"{m.bytes / 1e6:.3f}", f"{m.mean_bytes / 1e6:.3f}", f"{m.max_bytes / 1e6:.3f}", _share(m.share))
+                (
+                    self.name(m.name),
+                    m.kind,
+                    str(m.count),
+                    f"{m.bytes / 1e6:.3f}",
+                    f"{m.mean_bytes / 1e6:.3f}",
+                    f"{m.max_bytes / 1e6:.3f}",
+                    _share(m.share),
+                )
                 for m in memory.operations
             ],
             2,
@@ -240,10 +305,14 @@ class _Writer:
             ("operation", "kind", "device", "GFLOP/s", "GB/s", "FLOP/B", "bound", "of roof"),
             [
                 (
-                    self.name(p.name), p.kind, self.name(f"{p.device} {p.model}".strip() if p.model != "host" else p.device),
-                    _rate(p.flops_per_second, 1e9), _rate(p.bytes_per_second, 1e9),
+                    self.name(p.name),
+                    p.kind,
+                    self.name(f"{p.device} {p.model}".strip() if p.model != "host" else p.device),
+                    _rate(p.flops_per_second, 1e9),
+                    _rate(p.bytes_per_second, 1e9),
                     "-" if p.arithmetic_intensity is None else f"{p.arithmetic_intensity:.3g}",
-                    p.bound or ("-" if p.fraction_of_roof is None else ""), _share(p.fraction_of_roof),
+                    p.bound or ("-" if p.fraction_of_roof is None else ""),
+                    _share(p.fraction_of_roof),
                 )
                 for p in report.roofline
             ],
@@ -277,7 +346,19 @@ def render_comparison(comparison: Comparison, format: str = "text") -> str:  # n
         f" p < {comparison.alpha:g} and median moved >= {comparison.min_change_pct:g}%"
     )
     lines = [f"**{head}**" if writer.markdown else head]
-    header = ("operation", "kind", "base n", "new n", "base p50 us", "new p50 us", "p50", "base ms", "new ms", "total", "p")
+    header = (
+        "operation",
+        "kind",
+        "base n",
+        "new n",
+        "base p50 us",
+        "new p50 us",
+        "p50",
+        "base ms",
+        "new ms",
+        "total",
+        "p",
+    )
     for verdict, title in (("regression", "Regressions"), ("improvement", "Improvements")):
         rows = [c for c in comparison.changes if c.verdict == verdict]
         lines += writer.title(f"{title} ({len(rows)})")
@@ -288,9 +369,17 @@ def render_comparison(comparison: Comparison, format: str = "text") -> str:  # n
             header,
             [
                 (
-                    writer.name(c.name), c.kind, str(c.base_count), str(c.new_count), _us(c.base_p50_ns),
-                    _us(c.new_p50_ns), f"{c.p50_change_pct:+.1f}%", _ms(c.base_total_ns), _ms(c.new_total_ns),
-                    f"{c.total_change_pct:+.1f}%", f"{c.p_value:.2g}",
+                    writer.name(c.name),
+                    c.kind,
+                    str(c.base_count),
+                    str(c.new_count),
+                    _us(c.base_p50_ns),
+                    _us(c.new_p50_ns),
+                    f"{c.p50_change_pct:+.1f}%",
+                    _ms(c.base_total_ns),
+                    _ms(c.new_total_ns),
+                    f"{c.total_change_pct:+.1f}%",
+                    f"{c.p_value:.2g}",
                 )
                 for c in rows
             ],
@@ -308,4 +397,6 @@ def render_comparison(comparison: Comparison, format: str = "text") -> str:  # n
 
 def _finite(change: dict[str, Any]) -> dict[str, Any]:
     """JSON has no infinity: a change from zero is null."""
-    return {k: (None if isinstance(v, float) and v in (float("inf"), float("-inf")) else v) for k, v in change.items()}
+    return {
+        k: (None if isinstance(v, float) and v in (float("inf"), float("-inf")) else v) for k, v in change.items()
+    }

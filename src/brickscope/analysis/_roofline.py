@@ -55,11 +55,20 @@ def roofline(table: Table, peaks: dict[str, Peak] | None = None) -> tuple[Roofli
                 fraction = achieved_bytes / peak_bytes
         points.append(
             RooflinePoint(
-                name=op.name, kind=op.kind, device=table.device_label(device) if device >= 0 else "host",
-                model=model, flops=flops[code], bytes=nbytes[code], time_ns=time_ns[code],
-                flops_per_second=achieved_flops, bytes_per_second=achieved_bytes,
-                arithmetic_intensity=intensity, peak_flops_per_second=peak_flops,
-                peak_bytes_per_second=peak_bytes, bound=bound, fraction_of_roof=fraction,
+                name=op.name,
+                kind=op.kind,
+                device=table.device_label(device) if device >= 0 else "host",
+                model=model,
+                flops=flops[code],
+                bytes=nbytes[code],
+                time_ns=time_ns[code],
+                flops_per_second=achieved_flops,
+                bytes_per_second=achieved_bytes,
+                arithmetic_intensity=intensity,
+                peak_flops_per_second=peak_flops,
+                peak_bytes_per_second=peak_bytes,
+                bound=bound,
+                fraction_of_roof=fraction,
             )
         )
     points.sort(key=lambda p: (p.kind != "brick", -p.time_ns, p.name, p.device))

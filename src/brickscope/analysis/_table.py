@@ -175,8 +175,17 @@ class Table:
         """The rows where ``mask`` is true, same code lists (parents re-pointed, or -1 when cut)."""
         be = self.backend
         return Table(
-            be, {}, self.operations, self.categories, self.ranks, self.devices, self.streams,
-            rows=be.count_true(mask), dropped=self.dropped, sources=self.sources, notes=self.notes,
+            be,
+            {},
+            self.operations,
+            self.categories,
+            self.ranks,
+            self.devices,
+            self.streams,
+            rows=be.count_true(mask),
+            dropped=self.dropped,
+            sources=self.sources,
+            notes=self.notes,
             _pending=(self, mask),
         )
 
@@ -259,18 +268,28 @@ class TableBuilder:
             comm = [op.communication for op in self._operations]
             columns["comm"] = be.lookup(comm, columns["op"], "bool")
             return Table(
-                be, columns, list(self._operations), list(self._categories), list(self._ranks),
-                list(self._devices), list(self._streams), rows=self.rows, dropped=self.dropped,
-                sources=list(self.sources), notes=list(self.notes),
+                be,
+                columns,
+                list(self._operations),
+                list(self._categories),
+                list(self._ranks),
+                list(self._devices),
+                list(self._streams),
+                rows=self.rows,
+                dropped=self.dropped,
+                sources=list(self.sources),
+                notes=list(self.notes),
             )
 
     def _flush(self) -> None:
         if not self._pending:
             return
         for index, (column, values) in enumerate(zip(self._columns, zip(*self._pending))):
+            before = len(column)
             try:
                 column.extend(values)
             except (TypeError, OverflowError):  # a value of the wrong type: cleaned, not fatal
+                del column[before:]  # extend keeps what it took before the bad value
                 column.extend(_clean(values, column.typecode, _DEFAULTS[index]))
         self._pending = []
 
@@ -320,7 +339,9 @@ class TableBuilder:
         if nbytes is None:
             nbytes = get("bytes")
             if nbytes is None:
-                nbytes = _output_bytes(get(A.WORK_OUTPUT_SHAPE, get("output_shape")), get(A.WORK_DTYPE, get("dtype")))
+                nbytes = _output_bytes(
+                    get(A.WORK_OUTPUT_SHAPE, get("output_shape")), get(A.WORK_DTYPE, get("dtype"))
+                )
         flops = get(A.WORK_FLOPS)
         if flops is None:
             flops = get("flops", 0.0)
@@ -329,10 +350,25 @@ class TableBuilder:
             tokens = get("tokens", 0)
         parent = span._parent  # noqa: SLF001
         return (
-            op, kind, category, start, end, self_ns, clock, device, stream,
-            get(A.STEP_NUMBER, -1), get(A.LAYER_INDEX, -1), entry[1],
-            get(A.THREAD_ID, 0), span._context.span_id, parent.span_id if parent is not None else 0,  # noqa: SLF001
-            get(A.BRICK_ELEMENTS, 0), nbytes, flops, tokens,
+            op,
+            kind,
+            category,
+            start,
+            end,
+            self_ns,
+            clock,
+            device,
+            stream,
+            get(A.STEP_NUMBER, -1),
+            get(A.LAYER_INDEX, -1),
+            entry[1],
+            get(A.THREAD_ID, 0),
+            span._context.span_id,
+            parent.span_id if parent is not None else 0,  # noqa: SLF001
+            get(A.BRICK_ELEMENTS, 0),
+            nbytes,
+            flops,
+            tokens,
         )
 
     def _lane_codes(self, entry: tuple[Any, int, str, tuple[str, ...]], lane: tuple[Any, ...]) -> tuple[int, int]:

@@ -41,8 +41,6 @@ from brickscope.trace.attributes import (
     BRICK_ELEMENTS,
     BRICK_NAME,
     BRICK_SELF_DURATION_NS,
-    CLOCK,
-    CLOCK_HOST,
     SCOPE_KIND,
     SCOPE_KIND_BRICK,
 )
@@ -206,10 +204,10 @@ class CategoryAggregator(SpanProcessor):
     def report(self, format: str = "text", **options: Any) -> str:  # noqa: A002 - the natural name
         """The analysis of the spans kept (as ``brickscope report`` prints it), as ``"text"``,
         ``"markdown"`` or ``"json"``; ``options`` as :func:`brickscope.analysis.analyse`."""
-        from brickscope.analysis import analyse, render
+        from brickscope.analysis import FORMATS, analyse, render
 
-        if format not in ("text", "markdown", "json"):
-            raise ValueError(f"brickscope: unknown report format {format!r}; expected one of ('text', 'markdown', 'json')")
+        if format not in FORMATS:  # before the work of analysing
+            raise ValueError(f"brickscope: unknown report format {format!r}; expected one of {FORMATS}")
         return render(analyse(self.table(), **options), format)
 
     def reset(self) -> None:
