@@ -14,6 +14,8 @@ Sections:
   ``.pftrace`` (not timed), then analysed in a fresh interpreter the way
   ``brickscope report --format json`` does: read + build the table (``load``),
   ``analyse``, ``render``. Wall time of each stage and the child's peak RSS.
+- ``live``: what a live session's report table costs per resolved span: the copy on
+  the resolving thread and the conversion into rows a batch later (best of 15).
 - ``engines``: the same trace's table (built once in memory), analysed by each
   engine: the numpy backend, the pure-Python backend, and polars (when installed)
   computing the per-operation section (count, sums, exact nearest-rank p50/p90/p99,
@@ -234,6 +236,28 @@ def engines(spans: int, backends: list[str]) -> dict[str, Any]:
     return results
 
 
+def live(repeats: int = 15) -> dict[str, Any]:
+    """What a live session's report table costs per resolved span: the copy made on the
+    resolving thread (``TableBuilder.add``) and the batch conversion into rows, best of ``repeats``."""
+    import timeit
+
+    from brickscope.analysis._table import TableBuilder
+
+    span = next(s for s in make_spans(SPANS_PER_STEP) if s.name == "rms_norm")
+    attributes = dict(span.attributes)
+    builder = TableBuilder()
+    add_ns = min(timeit.repeat(lambda: builder.add(span, attributes), number=4096, repeat=repeats)) / 4096 * 1e9
+    flush_ns = 1e18
+    for _ in range(repeats):
+        builder = TableBuilder()
+        for _ in range(16_383):  # one short of a batch: the flush is timed alone
+            builder.add(span, attributes)
+        started = time.perf_counter()
+        builder._flush()  # noqa: SLF001
+        flush_ns = min(flush_ns, (time.perf_counter() - started) / 16_383 * 1e9)
+    return {"add_ns_per_span": add_ns, "to_row_ns_per_span": flush_ns, "total_ns_per_span": add_ns + flush_ns}
+
+
 def _operations_only(table: Any) -> Any:
     from brickscope.analysis import _operations
 
@@ -267,7 +291,7 @@ def _polars_operations(table: Any) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("section", choices=("pipeline", "engines", "_child"))
+    parser.add_argument("section", choices=("pipeline", "engines", "live", "_child"))
     parser.add_argument("args", nargs="*")
     parser.add_argument("--spans", type=int, default=1_000_000)
     parser.add_argument("--backend", default="numpy", choices=("numpy", "python"))
@@ -281,6 +305,8 @@ def main() -> None:
         return
     if args.section == "pipeline":
         result = pipeline(args.spans, args.backend)
+    elif args.section == "live":
+        result = live()
     else:
         result = engines(args.spans, args.engines.split(","))
     if args.json:

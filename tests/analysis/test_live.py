@@ -67,6 +67,17 @@ class TestLiveSession:
         assert (data["spans"], data["dropped"]) == (5, 15)
         assert aggregator.bricks["rms_norm"].count == 5 and aggregator.dropped == 15
 
+    def test_zero_bound_keeps_nothing_and_counts_everything(self, monkeypatch):
+        """BRICKSCOPE_REPORT_MAX_SPANS=0 turns the table off: every span counted, the report says so."""
+        monkeypatch.setenv(env.BRICKSCOPE_REPORT_MAX_SPANS, "0")
+        with capture_spans() as captured:
+            for _ in range(3):
+                with bs.brick("rms_norm"):
+                    pass
+            text = captured.session.report()
+            assert captured.session.aggregator.dropped == 3
+        assert "0 spans" in text.splitlines()[0] and "3 spans beyond the session's bound" in text
+
     def test_bad_bound_is_a_setup_error(self, monkeypatch):
         """A non-integer bound fails at configure time, naming the variable."""
         monkeypatch.setenv(env.BRICKSCOPE_REPORT_MAX_SPANS, "lots")

@@ -174,11 +174,14 @@ class _Writer:
 
     def instances(self, report: Report) -> list[str]:
         lines = self.title(f"Slowest {len(report.slowest)} brick instances (self time)")
-        lines += self.table(
-            ("brick", "self us", "step", "layer", "rank", "device", "stream", "span"),
-            [(self.name(i.name), _us(i.self_ns)) + self.where(i) for i in report.slowest],
-            1,
-        )
+        if report.slowest:
+            lines += self.table(
+                ("brick", "self us", "step", "layer", "rank", "device", "stream", "span"),
+                [(self.name(i.name), _us(i.self_ns)) + self.where(i) for i in report.slowest],
+                1,
+            )
+        else:
+            lines += self.note("no brick spans")
         lines += self.title(f"Outliers (self time over {OUTLIER_FACTOR:g}x their operation's median)")
         if not report.outliers:
             return lines + self.note("none")
@@ -220,24 +223,22 @@ class _Writer:
         else:
             lines += self.note("no GPU-timed spans (timed on the host clock)")
         lines += self.title("Ranks")
+        if not report.ranks:
+            return lines + self.note("no brick or kernel spans")
         lines += self.table(
             ("rank", "count", "busy ms", "idle in steps ms"),
             [(self.name(r.name), str(r.count), _ms(r.busy_ns), _ms(r.idle_in_steps_ns)) for r in report.ranks],
             1,
         )
         lines += self.title("Load balance: imbalance ratio = (max - mean) / mean of busy time")
-        rows = []
-        for key, balance in report.load_balance.items():
-            if balance.busy_ns:
-                rows.append(
-                    (
-                        key,
-                        f"{balance.imbalance_ratio:.3f}",
-                        _ms(balance.mean_busy_ns),
-                        _ms(balance.max_busy_ns),
-                        self.name(balance.straggler or "-"),
-                    )
-                )
+        rows = [
+            (
+                key, f"{balance.imbalance_ratio:.3f}", _ms(balance.mean_busy_ns), _ms(balance.max_busy_ns),
+                self.name(balance.straggler or "-"),
+            )
+            for key, balance in report.load_balance.items()
+            if balance.busy_ns
+        ]  # fmt: skip
         return lines + self.table(("across", "imbalance", "mean busy ms", "max busy ms", "straggler"), rows, 1)
 
     def communication(self, report: Report) -> list[str]:

@@ -83,6 +83,13 @@ DTYPE_BYTES = {
 
 _BATCH_ROWS = 1 << 14
 _EMPTY: dict[str, Any] = {}
+#: The attributes a row is made of, in the order :meth:`TableBuilder._row` unpacks them:
+#: the semantic-convention name, then the short keyword a scope may have been given.
+_KEYS = (
+    A.SCOPE_KIND, A.BRICK_CATEGORY, A.BRICK_NAME, A.BRICK_SELF_DURATION_NS, A.CLOCK, A.GPU_DEVICE_ID,
+    A.GPU_STREAM_ID, A.STEP_NUMBER, A.LAYER_INDEX, A.THREAD_ID, A.BRICK_ELEMENTS, A.WORK_BYTES, "bytes",
+    A.WORK_OUTPUT_SHAPE, "output_shape", A.WORK_DTYPE, "dtype", A.WORK_FLOPS, "flops", A.STEP_TOKENS, "tokens",
+)  # fmt: skip
 _TYPECODES = {"int64": "q", "uint64": "Q", "float64": "d"}
 
 
@@ -227,13 +234,29 @@ class TableBuilder:
         self.notes: list[str] = []
 
     def add(self, span: Any, attributes: Any = None) -> None:
-        """Add one ended span (``attributes``: its attributes, when the caller already holds them)."""
+        """Add one ended span (``attributes``: its attributes, when the caller already holds them).
+
+        A live session calls this for every span it resolves, so it only copies out the
+        raw values (the attributes in one ``map`` over :data:`_KEYS`, in C); making them
+        a row happens a batch at a time.
+        """
+        if self.max_rows is not None and self.rows >= self.max_rows:  # full: only count
+            with self._lock:
+                self.dropped += 1
+            return
+        if attributes is None:
+            attributes = span.attributes or _EMPTY
+        parent = span.parent
+        raw = (
+            span.name, span.start_time, span.end_time, span.context.span_id,
+            parent.span_id if parent is not None else 0, span.resource, *map(attributes.get, _KEYS),
+        )  # fmt: skip
         with self._lock:
             if self.max_rows is not None and self.rows >= self.max_rows:
                 self.dropped += 1
                 return
             self.rows += 1
-            self._pending.append(self._row(span, span.attributes if attributes is None else attributes))
+            self._pending.append(raw)
             if len(self._pending) >= _BATCH_ROWS:
                 self._flush()
 
@@ -284,7 +307,8 @@ class TableBuilder:
     def _flush(self) -> None:
         if not self._pending:
             return
-        for index, (column, values) in enumerate(zip(self._columns, zip(*self._pending))):
+        rows = [self._row(raw) for raw in self._pending]
+        for index, (column, values) in enumerate(zip(self._columns, zip(*rows))):
             before = len(column)
             try:
                 column.extend(values)
@@ -293,22 +317,27 @@ class TableBuilder:
                 column.extend(_clean(values, column.typecode, _DEFAULTS[index]))
         self._pending = []
 
-    def _row(self, span: Any, attrs: Any) -> tuple[Any, ...]:
-        """One span as a tuple in COLUMNS order: the per-span cost of loading, so lean.
+    def _row(self, raw: tuple[Any, ...]) -> tuple[Any, ...]:
+        """One span's raw values (see :meth:`add`) as a tuple in COLUMNS order.
 
-        Values go into the tuple as the span holds them; :meth:`_flush` cleans a batch
+        Values go into the tuple as the span held them; :meth:`_flush` cleans a batch
         whose values do not fit their columns (a string step number, say).
         """
-        get = attrs.get if attrs is not None else _EMPTY.get
-        kind = _KIND_CODES.get(get(A.SCOPE_KIND), KIND_OTHER)
-        name = span.name
-        category_name = ""
-        brick_name = None
+        (
+            name, start, end, span_id, parent_id, resource,
+            kind_name, category_name, brick_name, self_ns, clock_name, ordinal, handle, step, layer, thread,
+            elements, nbytes, short_bytes, shape, short_shape, dtype, short_dtype, flops, short_flops,
+            tokens, short_tokens,
+        ) = raw  # fmt: skip
+        kind = _KIND_CODES.get(kind_name, KIND_OTHER)
         if kind == KIND_BRICK:
-            category_name = get(A.BRICK_CATEGORY) or "other"
+            category_name = category_name or "other"
+            brick_name = None
         elif kind == KIND_KERNEL:
-            category_name = get(A.BRICK_CATEGORY) or ""
-            brick_name = get(A.BRICK_NAME)
+            category_name = category_name or ""
+        else:
+            category_name = ""
+            brick_name = None
         op = self._op_codes.get((kind, name, category_name, brick_name))
         if op is None:
             op = self._new_op((kind, name, category_name, brick_name))
@@ -316,60 +345,36 @@ class TableBuilder:
         if category < 0 and category_name:
             category = self._category_codes[category_name] = len(self._categories)
             self._categories.append(category_name)
-        start, end = span._start_time, span._end_time  # noqa: SLF001 - the properties cost 4x more
         if start is None or end is None:  # never ended: zero length at whatever is known
             start = end = start or end or 0
-        self_ns = get(A.BRICK_SELF_DURATION_NS, end - start) if kind == KIND_BRICK else end - start
-        resource = span._resource  # noqa: SLF001
+        if kind != KIND_BRICK or self_ns is None:
+            self_ns = end - start
         entry = self._resources.get(id(resource))
         if entry is None or entry[0] is not resource:
             entry = self._resource_entry(resource)
         device = stream = -1
         clock = CLOCK_HOST_CODE
-        if get(A.CLOCK) == A.CLOCK_CUDA:
+        if clock_name == A.CLOCK_CUDA:
             clock = CLOCK_CUDA_CODE
-            ordinal = get(A.GPU_DEVICE_ID)
             if ordinal is not None:
-                lane = (entry[1], entry[2], ordinal, get(A.GPU_STREAM_ID, 0))
+                lane = (entry[1], entry[2], ordinal, handle or 0)
                 codes = self._lanes.get(lane)
                 if codes is None:
                     codes = self._lane_codes(entry, lane)
                 device, stream = codes
-        nbytes = get(A.WORK_BYTES)
         if nbytes is None:
-            nbytes = get("bytes")
+            nbytes = short_bytes
             if nbytes is None:
-                nbytes = _output_bytes(
-                    get(A.WORK_OUTPUT_SHAPE, get("output_shape")), get(A.WORK_DTYPE, get("dtype"))
-                )
-        flops = get(A.WORK_FLOPS)
+                nbytes = _output_bytes(shape if shape is not None else short_shape, dtype or short_dtype)
         if flops is None:
-            flops = get("flops", 0.0)
-        tokens = get(A.STEP_TOKENS)
+            flops = short_flops if short_flops is not None else 0.0
         if tokens is None:
-            tokens = get("tokens", 0)
-        parent = span._parent  # noqa: SLF001
+            tokens = short_tokens if short_tokens is not None else 0
         return (
-            op,
-            kind,
-            category,
-            start,
-            end,
-            self_ns,
-            clock,
-            device,
-            stream,
-            get(A.STEP_NUMBER, -1),
-            get(A.LAYER_INDEX, -1),
-            entry[1],
-            get(A.THREAD_ID, 0),
-            span._context.span_id,
-            parent.span_id if parent is not None else 0,  # noqa: SLF001
-            get(A.BRICK_ELEMENTS, 0),
-            nbytes,
-            flops,
-            tokens,
-        )
+            op, kind, category, start, end, self_ns, clock, device, stream,
+            -1 if step is None else step, -1 if layer is None else layer, entry[1], thread or 0,
+            span_id, parent_id, elements or 0, nbytes, flops, tokens,
+        )  # fmt: skip
 
     def _lane_codes(self, entry: tuple[Any, int, str, tuple[str, ...]], lane: tuple[Any, ...]) -> tuple[int, int]:
         """(device code, stream code) of a (rank, host, ordinal, stream handle) seen for the first time."""
