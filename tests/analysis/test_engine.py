@@ -267,3 +267,21 @@ def test_malformed_attribute_values_do_not_shift_columns(backend):
     assert be.to_list(table["elements"]) == [5, 0, 0]
     assert be.to_list(table["duration"]) == [10 * US, 20 * US, 10 * US]
     assert be.to_list(table["flops"]) == [0.0, 0.0, 0.0]
+
+
+def test_span_tree_adjacency(trace, backend):
+    """children(): the tree issue 14 walks. Rows are the spans in load order (span id - 1 here):
+    rank 0's step 0 holds its gemm and all-reduce, the ffn holds a gemm, a gemm holds the kernel."""
+    table = _table(trace, backend)
+    be = table.backend
+    rows, offsets = table.children()
+    rows = be.to_list(rows)
+
+    def children(row):
+        return rows[offsets[row + 1] : offsets[row + 2]]
+
+    assert children(0) == [1, 2]  # step 0 of rank 0 (span 1): gemm (2), all_reduce (3)
+    assert children(8) == [9]  # ffn (span 9): the nested gemm (span 10)
+    assert children(14) == [15]  # rank 1's gemm (span 15): kernel sgemm (span 16)
+    assert rows[offsets[0] : offsets[1]] == [0, 3, 7, 10, 13, 16]  # the six step spans are the roots
+    assert be.to_list(table["parent"])[15] == 14

@@ -178,6 +178,16 @@ class Table:
         stream = self.streams[code]
         return f"{self.device_label(stream.device)} stream {stream.handle:#x}"
 
+    def children(self) -> tuple[Any, list[int]]:
+        """The span tree as adjacency lists: ``(rows, offsets)``, where the children of row
+        ``r`` are ``rows[offsets[r + 1]:offsets[r + 2]]`` and the roots (no parent in this
+        table) are ``rows[offsets[0]:offsets[1]]``, each in row order. One sort, for any
+        number of walks (a step's tree, a critical path)."""
+        be = self.backend
+        size = self.rows
+        codes = be.combine(self["parent"], be.full(size, 1, "int64"), 1)  # parent + 1: roots are group 0
+        return be.sorted_within_groups(codes, size + 1, be.column(range(size), "int64"))
+
     def select(self, mask: Any) -> Table:
         """The rows where ``mask`` is true, same code lists (parents re-pointed, or -1 when cut)."""
         be = self.backend
