@@ -343,3 +343,51 @@ class TestBackward:
         bt.instrument(model, backward=True).remove()
         assert snapshot(model) == before
         assert [m.__dict__.get("_is_full_backward_hook") for m in model.modules()] == flags
+
+
+class TestConcurrencyAndMisuse:
+    def test_threads_each_get_their_own_tree(self):
+        """One instrumented model run from two threads at once: each thread's spans form the whole tree."""
+        import threading
+
+        model = TinyGPT(blocks=2)
+        barrier = threading.Barrier(2)
+
+        def work(step: int) -> None:
+            barrier.wait()
+            with bs.step(step):
+                for _ in range(3):
+                    model(tokens())
+
+        with capture_spans() as captured, bt.instrument(model):
+            threads = [threading.Thread(target=work, args=(n,)) for n in (0, 1)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            spans = captured.spans
+            stats = captured.session.stats()
+        one_call = ("TinyGPT", [("emb", []), block_tree(), block_tree(), ("head", [])])
+        assert tree(spans) == [("step", [one_call] * 3)] * 2
+        assert stats["scope_repairs"] == 0
+
+    def test_a_forward_that_leaves_a_scope_open_still_closes_its_brick(self):
+        """A forward leaking a token: its module's brick ends at the module's end (one repair), the leak stays open."""
+
+        class Leaky(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.ln = nn.LayerNorm(WIDTH)
+
+            def forward(self, x):
+                self.token = bs.enter_scope(bs.brick("leaked"))
+                return self.ln(x)
+
+        model = Leaky()
+        with capture_spans() as captured, bt.instrument(model):
+            model(torch.zeros(1, WIDTH))
+            assert [s.name for s in captured.spans] == ["ln", "Leaky"]
+            assert captured.session.stats()["scope_repairs"] == 1
+            bs.exit_scope(model.token)
+            assert nothing_open()
+            assert sorted(s.name for s in captured.spans) == ["Leaky", "leaked", "ln"]

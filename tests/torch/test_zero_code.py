@@ -74,6 +74,14 @@ class TestZeroCode:
         step = [("Net", [("layers.0.norm", []), ("layers.0.mlp", []), ("head", [])]), ("CrossEntropyLoss", [])]
         assert tree(spans) == step * 2
 
+    def test_backward_bricks_on_request(self, tmp_path):
+        """OTEL_PYTHON_TORCH_BACKWARD=true: each brick module's backward pass is a brick too."""
+        _, spans = run(tmp_path, OTEL_PYTHON_TORCH_BACKWARD="true", OTEL_PYTHON_TORCH_EXCLUDED_MODULES="layers.1")
+        backward = sorted(s.name for s in spans if s.attributes.get("brickscope.torch.pass") == "backward")
+        per_step = ["CrossEntropyLoss.backward", "Net.backward", "head.backward", "mlp.backward", "mlp.down.backward",
+                    "mlp.up.backward", "norm.backward"]  # fmt: skip
+        assert backward == sorted(per_step * 2)
+
     def test_disabled_instrumentations_turns_it_off(self, tmp_path):
         """OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=torch: the script runs, no module brick is recorded."""
         result, spans = run(tmp_path, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="torch")

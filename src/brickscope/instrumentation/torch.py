@@ -26,6 +26,7 @@ not given, environment variables in the OpenTelemetry instrumentations' style:
 - ``OTEL_PYTHON_TORCH_MAX_DEPTH``: deepest module instrumented (``max_depth=``);
 - ``OTEL_PYTHON_TORCH_LAYERS``: ``auto`` (default), ``none`` or comma-separated globs;
 - ``OTEL_PYTHON_TORCH_NVTX``: ``auto`` (default), ``true`` or ``false``;
+- ``OTEL_PYTHON_TORCH_BACKWARD``: ``true`` adds backward bricks (default ``false``);
 - ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=torch`` (the SDK's own) turns it off.
 
 A bad value is logged once as an error naming the variable; the application then
@@ -57,6 +58,7 @@ EXCLUDED_MODULES = "OTEL_PYTHON_TORCH_EXCLUDED_MODULES"
 MAX_DEPTH = "OTEL_PYTHON_TORCH_MAX_DEPTH"
 LAYERS = "OTEL_PYTHON_TORCH_LAYERS"
 NVTX = "OTEL_PYTHON_TORCH_NVTX"
+BACKWARD = "OTEL_PYTHON_TORCH_BACKWARD"
 
 
 def settings_from_environment(given: dict[str, Any]) -> dict[str, Any]:
@@ -95,6 +97,13 @@ def settings_from_environment(given: dict[str, Any]) -> dict[str, Any]:
         if text not in choices:
             raise ValueError(f"{NVTX} must be auto, true or false, got {text!r}")
         settings["nvtx"] = choices[text]
+    if "backward" in given:
+        settings["backward"] = given["backward"]
+    else:
+        text = os.environ.get(BACKWARD, "false").strip().lower() or "false"
+        if text not in ("true", "false"):
+            raise ValueError(f"{BACKWARD} must be true or false, got {text!r}")
+        settings["backward"] = text == "true"
     return settings
 
 
@@ -186,7 +195,8 @@ class _Discovery:
                     root, None, self.settings.get("layers", "auto"), self.settings["skip"], self.settings.get("max_depth")
                 )
                 plan = [m for m in plan if not self._instrument.is_instrumented(m.module)]
-                self.roots.append(self._instrument.apply_plan(plan, "current", self.domain))
+                handle = self._instrument.apply_plan(plan, "current", self.domain, self.settings.get("backward", False))
+                self.roots.append(handle)
             except Exception:  # never into the application: it runs on uninstrumented
                 if not self.failed:
                     self.failed = True
