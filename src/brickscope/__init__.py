@@ -14,11 +14,12 @@ Example::
 """
 
 # Exporter distributions install brickscope.exporter.<name> from their own src/ trees;
-# extending __path__ lets one import path span them (STYLE.md 7.1, option a).
+# extending __path__ lets one import path span them (docs/design.md, "One import path").
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
+from typing import Any
+
 from brickscope._catalog import CATEGORIES, register_brick
-from brickscope._config import Session, configure, disable, enable, shutdown
 from brickscope._scope import (
     BrickHandle,
     ScopeToken,
@@ -33,8 +34,32 @@ from brickscope._scope import (
     step,
     sync,
 )
-from brickscope.trace import CategoryAggregator, GpuSyncSpanProcessor
 from brickscope.version import __version__
+
+# The OpenTelemetry SDK (~0.3 s to import) loads on first use of these (PEP 562), so that
+# instrumented code that never configures brickscope, and the offline tools, start fast.
+_LAZY = {
+    "Session": "brickscope._config",
+    "configure": "brickscope._config",
+    "disable": "brickscope._config",
+    "enable": "brickscope._config",
+    "shutdown": "brickscope._config",
+    "CategoryAggregator": "brickscope.trace",
+    "GpuSyncSpanProcessor": "brickscope.trace",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'brickscope' has no attribute {name!r}")
+    value = getattr(__import__("importlib").import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
     "CATEGORIES",

@@ -5,7 +5,7 @@ A record is what exists of a scope until its timing is resolved at a sync point:
 no span object, no attribute dict of our own, no span id unless something needs
 it early. The stack of open scopes is a linked list of records in a ContextVar,
 so it follows asyncio tasks and threads the way OpenTelemetry's context does
-(DESIGN.md: one task's brick must never become another task's parent).
+(docs/design.md: one task's brick must never become another task's parent).
 """
 
 from __future__ import annotations

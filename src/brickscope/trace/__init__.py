@@ -7,7 +7,23 @@ Example::
     provider.add_span_processor(CategoryAggregator())
 """
 
-from brickscope.trace._aggregation import CategoryAggregator
-from brickscope.trace._sync import SYNC_MODES, GpuSyncSpanProcessor
+from typing import Any
 
 __all__ = ["SYNC_MODES", "CategoryAggregator", "GpuSyncSpanProcessor"]
+
+# Loaded on first use (PEP 562): they import the OpenTelemetry SDK, which
+# ``import brickscope.trace.attributes`` (used by the offline tools) does not need.
+_LAZY = {
+    "CategoryAggregator": "brickscope.trace._aggregation",
+    "GpuSyncSpanProcessor": "brickscope.trace._sync",
+    "SYNC_MODES": "brickscope.trace._sync",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'brickscope.trace' has no attribute {name!r}")
+    value = getattr(__import__("importlib").import_module(module), name)
+    globals()[name] = value
+    return value
