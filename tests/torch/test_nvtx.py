@@ -50,7 +50,7 @@ class TestNvtxMirror:
         assert domain.log == [
             "push TinyGPT",
             "push emb", "pop",
-            "push layer",
+            "push layer 0",
             "push ln", "pop",
             "push attn", "push attn.qkv", "pop", "push attn.proj", "pop", "pop",
             "push mlp", "push mlp.up", "pop", "push mlp.down", "pop", "pop",

@@ -131,7 +131,10 @@ def apply_plan(plan: list[Mapped], stream: Any, domain: Any, backward: bool = Fa
     backward_bricks = BackwardBricks() if backward else None
     for mapped in plan:
         original = type(mapped.module)
-        mirror = _nvtx.range_for(domain, mapped.name, mapped.category) if domain is not None else None
+        mirror = None
+        if domain is not None:  # Nsight has no layer attribute: the index goes in the range's name
+            label = mapped.name if mapped.kind == "brick" else f"layer {mapped.layer}"
+            mirror = _nvtx.range_for(domain, label, mapped.category)
         cls = _calls.instrumented_class(original, _calls.scope_chooser(mapped, stream), mirror)
         mapped.module.__class__ = cls
         swapped.append((mapped.module, original, cls))
