@@ -162,3 +162,25 @@ class TestCommandLine:
         monkeypatch.setattr(_formats, "installed_formats", lambda: (_formats.OTLP_JSON,))
         assert _run([trace, "-o", tmp_path / "o.folded"]) == 1
         assert "brickscope-exporter-perfetto" in capsys.readouterr().err
+
+
+class TestWeights:
+    def test_host_trace_falls_back_to_host_time_and_says_so(self, tmp_path, make_span, write_otlp_json, capsys):
+        source = write_otlp_json(tmp_path / "s.jsonl", [make_span("step", host=(0, 5_000))])
+        assert _run([source, "-o", tmp_path / "o.folded"]) == 0
+        assert "weighting by host time (--weight host)" in capsys.readouterr().err
+        assert (tmp_path / "o.folded").read_text() == "svc;step 5\n"  # 5 us of host self time
+
+    @pytest.mark.parametrize("weight", ["gpu", "brickscope.brick.elements"])
+    def test_an_explicit_weight_nobody_carries_is_an_error_not_an_empty_file(
+        self, tmp_path, make_span, write_otlp_json, capsys, weight
+    ):
+        source = write_otlp_json(tmp_path / "s.jsonl", [make_span("step", host=(0, 5_000))])
+        assert _run([source, "-o", tmp_path / "o.folded", "--weight", weight]) == 1
+        err = capsys.readouterr().err
+        assert "nothing to draw (try --weight host)" in err and len(err.splitlines()) == 1
+        assert not (tmp_path / "o.folded").exists()
+
+    def test_empty_weight_is_a_usage_error(self, tmp_path, make_span, write_otlp_json):
+        source = write_otlp_json(tmp_path / "s.jsonl", [make_span("step", host=(0, 5_000))])
+        assert _run([source, "-o", tmp_path / "o.folded", "--weight", " "]) == 2

@@ -72,20 +72,22 @@ def run(args: argparse.Namespace) -> int:
         check_output(target, overwrite=args.force, inputs=[args.input], force_flag="--force")
     if args.speedscope and os.path.abspath(args.speedscope) == os.path.abspath(output):
         raise UsageError(f"{output}: given as both the folded and the speedscope output")
-    exporter, spans = _fold(args, output, args.weight or "gpu")
+    if args.weight is not None and not args.weight.strip():
+        raise UsageError("--weight: empty; give gpu, host or a numeric span attribute")
+    weight = args.weight or "gpu"
+    exporter, spans = _fold(args, output, weight)
     stats = exporter.stats
     if not stats.spans:
         raise TraceFileError(args.input, "no spans in this file")
-    weight = args.weight or "gpu"
-    if not stats.weighted and weight in ("gpu", "host"):
-        if args.weight is not None or weight == "host":
-            raise TraceFileError(
-                args.input, f"none of {stats.spans} spans has {weight} time: nothing to draw (try --weight host)"
-            )
+    if not stats.weighted and args.weight is None:
         print(f"{args.input}: no span has GPU time; weighting by host time (--weight host)", file=sys.stderr)
         weight = "host"
         exporter, spans = _fold(args, output, weight)
         stats = exporter.stats
+    if not stats.weighted:  # an empty flamegraph is no answer
+        what = f"{weight} time" if weight in ("gpu", "host") else f"the attribute {weight!r}"
+        hint = "" if weight == "host" else " (try --weight host)"
+        raise TraceFileError(args.input, f"none of {stats.spans} spans has {what}: nothing to draw{hint}")
     if not exporter.force_flush():
         raise OSError(f"cannot write {output} (see the log above)")
     exporter.shutdown()  # nothing left to write: only closes
