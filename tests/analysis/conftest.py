@@ -23,6 +23,7 @@ def _load(name: str, path: Path):
 
 
 synthetic = _load("analysis_synthetic", Path(__file__).with_name("synthetic.py"))
+graph_cases = _load("analysis_graph_cases", Path(__file__).with_name("graph_cases.py"))
 
 
 @pytest.fixture(name="trace")

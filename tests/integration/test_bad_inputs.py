@@ -31,6 +31,7 @@ COMMANDS = {
     "flamegraph": (lambda source, out: ["flamegraph", source, "-o", out / "out.folded", "-q"], "read"),
     "report": (lambda source, out: ["report", source, "-q"], "read"),  # prints on stdout
     "diff": (lambda source, out: ["diff", source, source, "-q"], "read"),  # prints on stdout
+    "tree": (lambda source, out: ["tree", source, "-q"], "read"),  # prints on stdout
 }
 WRITERS = sorted(name for name, (build, _) in COMMANDS.items() if "-o" in build("in", Path("out")))
 

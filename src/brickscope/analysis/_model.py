@@ -175,6 +175,29 @@ class Throughput:
 
 
 @dataclass(frozen=True)
+class SlackEntry:
+    """A span that could take this much longer without delaying its step."""
+
+    name: str
+    kind: str
+    layer: int | None
+    slack_ns: int
+
+
+@dataclass(frozen=True)
+class StepCriticalPath:
+    """One step's critical path (the rules: docs/analysis.md, "Critical path and slack")."""
+
+    step: int | None  # None: a trace without step scopes
+    rank: str
+    duration_ns: int
+    path_ns: int  # time the path's spans run
+    gaps_ns: int  # duration - path: the path waiting (launch gaps, untraced host work)
+    path: tuple[str, ...]  # the path's spans (leaves), in time order
+    slack: tuple[SlackEntry, ...]  # spans with slack >= 10% of the step, most first
+
+
+@dataclass(frozen=True)
 class Report:
     """Everything ``brickscope report`` prints, for one set of inputs and filters."""
 
@@ -195,4 +218,5 @@ class Report:
     roofline: tuple[RooflinePoint, ...]
     throughput: Throughput
     notes: tuple[str, ...] = ()  # about the input: a truncated file analysed up to its cut
+    critical_paths: tuple[StepCriticalPath, ...] = ()  # of the `top` longest steps, by rank and step
     schema: int = SCHEMA

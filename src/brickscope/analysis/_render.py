@@ -108,6 +108,7 @@ class _Writer:
         lines += self.memory(report)
         lines += self.roofline(report)
         lines += self.throughput(report)
+        lines += self.critical_paths(report)
         return lines
 
     def operations(self, report: Report) -> list[str]:
@@ -329,6 +330,35 @@ class _Writer:
         if throughput.tokens:
             text += f", {throughput.tokens} tokens, {throughput.tokens_per_second:.4g} tokens/s"
         return lines + self.note(text)
+
+    def critical_paths(self, report: Report) -> list[str]:
+        paths = report.critical_paths
+        if not paths:
+            return []
+        shares = sorted(p.path_ns / p.duration_ns for p in paths if p.duration_ns)
+        median = shares[max((len(shares) + 1) // 2 - 1, 0)] if shares else None
+        title = f"Critical path of the {len(paths)} longest steps (median path share {_share(median)}; most gaps first)"
+        header = ("rank", "step", "step ms", "path ms", "share", "gaps ms", "spans", "most slack")
+        return self.title(title) + self.table(header, _critical_path_rows(self, report), 2)
+
+
+def _critical_path_rows(writer: _Writer, report: Report) -> list[tuple[str, ...]]:
+    """The analysed steps, those whose critical path waits longest (gaps) first."""
+    worst = sorted(report.critical_paths, key=lambda p: (-p.gaps_ns, p.rank, -1 if p.step is None else p.step))
+    rows = []
+    for path in worst:
+        most = path.slack[0] if path.slack else None
+        rows.append((
+            writer.name(path.rank),
+            "-" if path.step is None else str(path.step),
+            _ms(path.duration_ns),
+            _ms(path.path_ns),
+            _share(path.path_ns / path.duration_ns if path.duration_ns else None),
+            _ms(path.gaps_ns),
+            str(len(path.path)),
+            "-" if most is None else f"{writer.name(most.name)} {_ms(most.slack_ns)} ms",
+        ))  # fmt: skip
+    return rows
 
 
 def render_comparison(comparison: Comparison, format: str = "text") -> str:  # noqa: A002

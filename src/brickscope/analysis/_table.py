@@ -25,6 +25,7 @@ Example::
 from __future__ import annotations
 
 import array
+import json
 import re
 import threading
 from dataclasses import dataclass, field
@@ -62,6 +63,9 @@ COLUMNS: dict[str, str] = {
     "bytes": "int64",  # brickscope.work.bytes, else output_shape x dtype size
     "flops": "float64",
     "tokens": "int64",  # brickscope.step.tokens (step spans)
+    "launch": "int64",  # code into Table.launches: a kernel's grid, block, shared memory (-1: none)
+    "source": "uint64",  # brickscope.kernel.source.hash (0: none)
+    "checksum": "uint64",  # brickscope.output.checksum (0: none)
 }
 #: Columns derived when the table is built.
 DERIVED = ("duration", "parent", "comm")
@@ -89,6 +93,7 @@ _KEYS = (
     A.SCOPE_KIND, A.BRICK_CATEGORY, A.BRICK_NAME, A.BRICK_SELF_DURATION_NS, A.CLOCK, A.GPU_DEVICE_ID,
     A.GPU_STREAM_ID, A.STEP_NUMBER, A.LAYER_INDEX, A.THREAD_ID, A.BRICK_ELEMENTS, A.WORK_BYTES, "bytes",
     A.WORK_OUTPUT_SHAPE, "output_shape", A.WORK_DTYPE, "dtype", A.WORK_FLOPS, "flops", A.STEP_TOKENS, "tokens",
+    A.KERNEL_GRID, A.KERNEL_BLOCK, A.KERNEL_SHARED_MEM_BYTES, A.KERNEL_SOURCE_HASH, A.OUTPUT_CHECKSUM,
 )  # fmt: skip
 _TYPECODES = {"int64": "q", "uint64": "Q", "float64": "d"}
 
@@ -129,6 +134,31 @@ class Stream:
     handle: int
 
 
+@dataclass(frozen=True)
+class Launch:
+    """A kernel's launch configuration: grid and block as (x, y, z), dynamic shared memory bytes
+    (None where the span did not say)."""
+
+    grid: tuple[int, ...] | None
+    block: tuple[int, ...] | None
+    shared_mem_bytes: int | None
+
+    def label(self) -> str:
+        """``<<<(4,1,1),(128,1,1)>>> smem=0``, with ``?`` for what is unknown."""
+        dims = ",".join("?" if d is None else "(" + ",".join(map(str, d)) + ")" for d in (self.grid, self.block))
+        smem = "?" if self.shared_mem_bytes is None else str(self.shared_mem_bytes)
+        return f"<<<{dims}>>> smem={smem}"
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """Where a kernel came from: an entry of the registry a trace's resource carries."""
+
+    kind: str  # ptx, cubin, cuda, triton
+    name: str
+    path: str  # "" when not given
+
+
 @dataclass
 class Table:
     """Columns (see :data:`COLUMNS` and :data:`DERIVED`) and the lists their codes point into."""
@@ -149,6 +179,10 @@ class Table:
     #: A selection not applied yet: (the table selected from, its row mask). Columns are
     #: compressed on first use, so a selection costs only the columns an analysis reads.
     _pending: tuple[Table, Any] | None = field(default=None, repr=False)
+    #: What the ``launch`` column's codes stand for.
+    launches: list[Launch] = field(default_factory=list)
+    #: Kernel source hash -> where it came from (the resources' brickscope.kernel.sources).
+    kernel_sources: dict[int, KernelSource] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Any:
         column = self.columns.get(name)
@@ -204,6 +238,8 @@ class Table:
             sources=self.sources,
             notes=self.notes,
             _pending=(self, mask),
+            launches=self.launches,
+            kernel_sources=self.kernel_sources,
         )
 
 
@@ -238,6 +274,9 @@ class TableBuilder:
         self._stream_codes: dict[tuple[int, int], int] = {}
         self._lanes: dict[tuple[Any, ...], tuple[int, int]] = {}
         self._streams: list[Stream] = []
+        self._launch_codes: dict[Launch, int] = {}
+        self._launches: list[Launch] = []
+        self._kernel_sources: dict[int, KernelSource] = {}
         # id(resource) -> (resource, rank code, host, device model names): resources are shared by many spans
         self._resources: dict[int, tuple[Any, int, str, tuple[str, ...]]] = {}
         self.sources: list[str] = []
@@ -312,6 +351,8 @@ class TableBuilder:
                 dropped=self.dropped,
                 sources=list(self.sources),
                 notes=list(self.notes),
+                launches=list(self._launches),
+                kernel_sources=dict(self._kernel_sources),
             )
 
     def _flush(self) -> None:
@@ -337,7 +378,7 @@ class TableBuilder:
             name, start, end, span_id, parent_id, resource,
             kind_name, category_name, brick_name, self_ns, clock_name, ordinal, handle, step, layer, thread,
             elements, nbytes, short_bytes, shape, short_shape, dtype, short_dtype, flops, short_flops,
-            tokens, short_tokens,
+            tokens, short_tokens, grid, block, smem, source, checksum,
         ) = raw  # fmt: skip
         kind = _KIND_CODES.get(kind_name, KIND_OTHER)
         if kind == KIND_BRICK:
@@ -384,6 +425,8 @@ class TableBuilder:
             op, kind, category, start, end, self_ns, clock, device, stream,
             -1 if step is None else step, -1 if layer is None else layer, entry[1], thread or 0,
             span_id, parent_id, elements or 0, nbytes, flops, tokens,
+            self._launch_code(grid, block, smem) if kind == KIND_KERNEL else -1,
+            0 if source is None else _hash(source), 0 if checksum is None else _hash(checksum),
         )  # fmt: skip
 
     def _lane_codes(self, entry: tuple[Any, int, str, tuple[str, ...]], lane: tuple[Any, ...]) -> tuple[int, int]:
@@ -396,6 +439,16 @@ class TableBuilder:
             self._streams.append(Stream(device, handle))
         codes = self._lanes[lane] = (device, stream)
         return codes
+
+    def _launch_code(self, grid: Any, block: Any, smem: Any) -> int:
+        if grid is None and block is None and smem is None:
+            return -1
+        launch = Launch(_dims(grid), _dims(block), None if smem is None else _int(smem, 0))
+        code = self._launch_codes.get(launch)
+        if code is None:
+            code = self._launch_codes[launch] = len(self._launches)
+            self._launches.append(launch)
+        return code
 
     def _new_op(self, key: tuple[int, str, str, str | None]) -> int:
         """The code of (kind, name, category, enclosing brick): kernels of one name share an
@@ -427,6 +480,7 @@ class TableBuilder:
         if code is None:
             code = self._rank_codes[label] = len(self._ranks)
             self._ranks.append(label)
+        self._kernel_sources.update(_kernel_sources(attributes.get(A.KERNEL_SOURCES)))
         entry = (resource, code, host, _names(attributes.get(A.GPU_DEVICE_NAMES)))
         self._resources[id(resource)] = entry
         return entry
@@ -443,7 +497,7 @@ class TableBuilder:
 
 
 #: Each column's value when a span's attribute cannot be one (the "absent" markers above).
-_DEFAULTS = tuple(-1 if name in ("category", "device", "stream", "step", "layer") else 0 for name in COLUMNS)
+_DEFAULTS = tuple(-1 if name in ("category", "device", "stream", "step", "layer", "launch") else 0 for name in COLUMNS)
 
 
 def _clean(values: tuple[Any, ...], typecode: str, default: Any) -> list[Any]:
@@ -466,6 +520,46 @@ def _int(value: Any, default: int) -> int:
         return int(value)
     except (TypeError, ValueError):
         return default
+
+
+def _hash(value: Any) -> int:
+    """A 64-bit hash written as hex text (``"9f86d081884c7d65"``, OTel has no unsigned
+    64-bit integer), or an int; 0 when absent or malformed."""
+    if value is None:
+        return 0
+    try:
+        number = int(value, 16) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError):
+        return 0
+    return number if 0 <= number < 1 << 64 else 0
+
+
+def _kernel_sources(value: Any) -> dict[int, KernelSource]:
+    """The registry from its resource attribute: JSON ``{"<hash>": [kind, name, path]}``;
+    malformed entries are skipped (the hashes on the spans still show)."""
+    if not isinstance(value, str):
+        return {}
+    try:
+        entries = json.loads(value)
+    except ValueError:
+        return {}
+    out = {}
+    if isinstance(entries, dict):
+        for digest, entry in entries.items():
+            if _hash(digest) and isinstance(entry, list) and len(entry) == 3 and all(isinstance(e, str) for e in entry):
+                out[_hash(digest)] = KernelSource(*entry)
+    return out
+
+
+def _dims(value: Any) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):  # a label read back from a .pftrace: "[4, 1, 1]"
+        value = value.strip("[]() ").split(",")
+    try:
+        return tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _float(value: Any) -> float:

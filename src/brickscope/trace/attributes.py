@@ -75,6 +75,21 @@ KERNEL_BLOCK = "brickscope.kernel.block"
 #: int: dynamic shared memory per block, bytes. On kernel spans, when given.
 KERNEL_SHARED_MEM_BYTES = "brickscope.kernel.shared_mem_bytes"
 
+#: str: 64-bit hash (16 hex digits) of the kernel's registered source
+#: (``brickscope.register_kernel_source``). On kernel spans of a registered name.
+KERNEL_SOURCE_HASH = "brickscope.kernel.source.hash"
+#: str: the kernel source registry, JSON ``{"<hash>": ["<kind>", "<name>", "<path>"]}``
+#: (path ``""`` when not given): one string survives every transport. Resource attribute.
+KERNEL_SOURCES = "brickscope.kernel.sources"
+
+# --- output checksums (opt-in) ----------------------------------------------------
+
+#: str: FNV-1a 64 of the scope's output buffer (16 hex digits), for divergence checks.
+#: On brick and kernel spans given ``checksum=`` (see docs/analysis.md, divergence).
+OUTPUT_CHECKSUM = "brickscope.output.checksum"
+#: int: bytes the checksum covered.
+OUTPUT_CHECKSUM_BYTES = "brickscope.output.checksum_bytes"
+
 # --- clocks and timing -----------------------------------------------------------
 
 #: str: the clock that timed the span's own start and end: ``"host"`` or ``"cuda"``.

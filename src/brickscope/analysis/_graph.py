@@ -1,0 +1,360 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The execution graph of each step, its critical path and every node's slack.
+
+A step's graph is its span tree (step > layer > brick > kernel), read from the
+table's ``parent`` column. Timing follows three rules (``docs/analysis.md``,
+"Critical path and slack"):
+
+1. work on one lane is sequential: a lane is a CUDA stream for GPU-timed spans, the
+   host thread otherwise; siblings on one lane run one after the other;
+2. lanes overlap: siblings on different lanes run concurrently;
+3. a parent waits for its children: it cannot end before its last child has.
+
+A node's **latest finish** is the latest end that delays neither its parent's end
+nor its lane successor's start (observed gaps kept); its **slack** is latest finish
+minus actual end. The **critical path** of a node is its lane chain ending at the
+child that ends last (the one the parent waited for), each of those expanded
+recursively; its leaves in time order are the path. Children timed on another clock
+than their parent (a host-timed kernel launch under a GPU-timed brick) are not on
+the parent's timeline: they are drawn in the tree but have no slack and are never
+on the path.
+
+Example::
+
+    graphs = step_graphs(table)
+    for graph in graphs:
+        print(graph.step, graph.path_ns, graph.duration_ns, [n.name for n in graph.path])
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from brickscope.analysis._model import SlackEntry, StepCriticalPath
+from brickscope.analysis._table import CLOCKS, KIND_STEP, KINDS, Launch, Table
+
+#: ``report`` lists spans whose slack is at least this share of their step.
+SLACK_FRACTION = 0.1
+
+
+@dataclass(eq=False, slots=True)
+class Node:
+    """One span of a step's graph (or a median over steps: figures are then medians)."""
+
+    kind: str
+    name: str
+    category: str
+    start: int  # ns since the step's start
+    duration_ns: int
+    self_ns: int
+    elements: int
+    clock: str
+    lane: str  # "stream 0x..." / "thread N" / "-"
+    launch: Launch | None
+    source: int  # kernel source hash, 0: none
+    checksum: int  # output checksum, 0: none
+    layer: int | None
+    children: list[Node] = field(default_factory=list)
+    slack_ns: int | None = None  # None: not on the parent's timeline (another clock)
+    critical: bool = False
+    #: For a median tree: steps the node appeared in, steps it was critical in.
+    seen: int = 1
+    critical_in: int = 0
+    end: int = 0  # start + duration_ns (set after init)
+
+    def __post_init__(self) -> None:
+        self.end = self.start + self.duration_ns
+
+
+@dataclass
+class StepGraph:
+    """One step of one rank: its tree, critical path and slack."""
+
+    step: int | None  # None: a trace without step scopes (the whole trace is one graph)
+    rank: str
+    root: Node
+    path: list[Node]  # the critical path's leaves, in time order
+    steps: int = 1  # for a median over steps: how many
+
+    @property
+    def duration_ns(self) -> int:
+        return self.root.duration_ns
+
+    @property
+    def path_ns(self) -> int:
+        """Time the critical path's spans run: the step's length minus the gaps on the path."""
+        return sum(node.duration_ns for node in self.path)
+
+    def nodes(self) -> list[Node]:
+        """Every node, depth first, children in order."""
+        out: list[Node] = []
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            out.append(node)
+            stack.extend(reversed(node.children))
+        return out
+
+    def slack_above(self, fraction: float) -> list[Node]:
+        """Nodes whose slack is at least ``fraction`` of the step's length, most slack first."""
+        threshold = max(fraction * self.duration_ns, 1)
+        ranked = [
+            (-n.slack_ns, i, n) for i, n in enumerate(self.nodes()) if n.slack_ns is not None and n.slack_ns >= threshold
+        ]
+        return [n for _, _, n in sorted(ranked, key=lambda item: item[:2])]
+
+
+def step_graphs(table: Table, slowest: int | None = None) -> list[StepGraph]:
+    """The graph of every step of every rank, ordered by rank then step number.
+
+    Steps are the step spans not nested in another step. A trace without step spans
+    is one graph whose root stands for the whole trace (kind ``trace``). With
+    ``slowest``, only that many steps, the longest (ties: first in the trace): the
+    graphs are built in Python, about 10-20 us per span, so ``report`` bounds them.
+    """
+    be = table.backend
+    col = {name: be.to_list(table[name]) for name in (
+        "kind", "op", "start", "end", "self", "clock", "stream", "thread", "rank", "step",
+        "layer", "parent", "elements", "launch", "source", "checksum", "category",
+    )}  # fmt: skip
+    rows = len(col["kind"])
+    children: list[list[int]] = [[] for _ in range(rows)]
+    roots = []
+    for row, parent in enumerate(col["parent"]):
+        if parent >= 0:
+            children[parent].append(row)
+        else:
+            roots.append(row)
+    starts, ends = col["start"], col["end"]
+    for kids in children:
+        if len(kids) > 1:
+            kids.sort(key=lambda r: (starts[r], -ends[r], r))
+    kinds = col["kind"]
+    steps = [r for r, kind in enumerate(kinds) if kind == KIND_STEP and not _inside_step(r, col)]
+    if slowest is not None and len(steps) > slowest:
+        steps = sorted(sorted(steps, key=lambda r: (starts[r] - ends[r], r))[:slowest])
+    graphs = []
+    if steps:
+        for row in steps:
+            root = _node(table, col, children, row, starts[row])
+            graphs.append(_finish(root, col["step"][row], table.ranks[col["rank"][row]]))
+    else:  # no steps: one graph per rank over its roots
+        for rank in sorted({col["rank"][r] for r in roots}):
+            mine = sorted((r for r in roots if col["rank"][r] == rank), key=lambda r: (starts[r], -ends[r], r))
+            origin = min(starts[r] for r in mine)
+            kids = [_node(table, col, children, r, origin) for r in mine]
+            end = max(k.end for k in kids)
+            clock = kids[0].clock if len({k.clock for k in kids}) == 1 else "host"
+            root = Node("trace", "trace", "", 0, end, end, 0, clock, "-", None, 0, 0, None, kids)
+            graphs.append(_finish(root, None, table.ranks[rank]))
+    graphs.sort(key=lambda g: (g.rank, -1 if g.step is None else g.step, g.root.start))
+    return graphs
+
+
+def _inside_step(row: int, col: dict[str, list[Any]]) -> bool:
+    parent = col["parent"][row]
+    while parent >= 0:
+        if col["kind"][parent] == KIND_STEP:
+            return True
+        parent = col["parent"][parent]
+    return False
+
+
+def _node(table: Table, col: dict[str, list[Any]], children: list[list[int]], row: int, origin: int) -> Node:
+    """Row ``row`` and its descendants as Nodes, times relative to ``origin`` (iterative: no depth limit)."""
+    made: dict[int, Node] = {}
+    lanes: dict[int, str] = {}
+    stack = [row]
+    order = []
+    while stack:
+        r = stack.pop()
+        order.append(r)
+        stack.extend(children[r])
+    for r in reversed(order):  # children before parents
+        operation = table.operations[col["op"][r]]
+        kind = KINDS[col["kind"][r]]
+        name = operation.name
+        if kind == "step" and col["step"][r] >= 0:
+            name = f"step {col['step'][r]}"
+        elif kind == "layer" and col["layer"][r] >= 0:
+            name = f"layer {col['layer'][r]}"
+        stream = col["stream"][r]
+        lane_key = stream if stream >= 0 else -1 - col["thread"][r]
+        lane = lanes.get(lane_key)
+        if lane is None:
+            lane = lanes[lane_key] = table.stream_label(stream) if stream >= 0 else f"thread {col['thread'][r]}"
+        launch = col["launch"][r]
+        made[r] = Node(
+            kind=kind,
+            name=name,
+            category=operation.category,
+            start=col["start"][r] - origin,
+            duration_ns=col["end"][r] - col["start"][r],
+            self_ns=col["self"][r],
+            elements=col["elements"][r],
+            clock=CLOCKS[col["clock"][r]],
+            lane=lane,
+            launch=table.launches[launch] if launch >= 0 else None,
+            source=col["source"][r],
+            checksum=col["checksum"][r],
+            layer=col["layer"][r] if col["layer"][r] >= 0 else None,
+            children=[made.pop(c) for c in children[r]],
+        )
+    return made[row]
+
+
+def _finish(root: Node, step: int | None, rank: str) -> StepGraph:
+    """Slack and the critical path of a tree whose times are set."""
+    root.slack_ns = 0
+    _assign_slack(root)
+    path: list[Node] = []
+    _mark_path(root, path)
+    return StepGraph(step if step is None or step >= 0 else None, rank, root, path)
+
+
+def _timed_children(node: Node) -> list[Node]:
+    """The children on the node's own timeline (same clock)."""
+    return [c for c in node.children if c.clock == node.clock]
+
+
+def _lanes(children: Sequence[Node]) -> dict[str, list[Node]]:
+    lanes: dict[str, list[Node]] = {}
+    for child in children:  # already in (start, -end, row) order
+        lanes.setdefault(child.lane, []).append(child)
+    return lanes
+
+
+def _assign_slack(root: Node) -> None:
+    """Latest finish, top down: a child may end as late as its parent's latest finish minus
+    the parent's tail after its last child, and no later than its lane successor's latest
+    start minus the gap observed between them."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        kids = _timed_children(node)
+        if not kids:
+            continue
+        latest_node_end = node.end + (node.slack_ns or 0)
+        tail = max(node.end - max(k.end for k in kids), 0)
+        bound = latest_node_end - tail
+        for lane in _lanes(kids).values():
+            successor_latest_start = None
+            successor_start = 0
+            for child in reversed(lane):
+                latest = bound
+                if successor_latest_start is not None:
+                    gap = max(successor_start - child.end, 0)
+                    latest = min(latest, successor_latest_start - gap)
+                child.slack_ns = max(latest - child.end, 0)
+                successor_latest_start = latest - child.duration_ns
+                successor_start = child.start
+                stack.append(child)
+
+
+def _mark_path(root: Node, path: list[Node]) -> None:
+    """Mark the critical chain under ``root`` and append its leaves to ``path`` in time order."""
+    root.critical = True
+    root.critical_in = 1
+    kids = _timed_children(root)
+    if not kids:
+        path.append(root)
+        return
+    # the child the parent waited for: last to end; ties: earliest start, then first in order
+    last = max(kids, key=lambda k: (k.end, -k.start))
+    lane = _lanes(kids)[last.lane]
+    for child in lane[: lane.index(last) + 1]:
+        _mark_path(child, path)
+
+
+def critical_paths(
+    table: Table, slowest: int | None = None, slack_fraction: float = SLACK_FRACTION
+) -> tuple[StepCriticalPath, ...]:
+    """The report's section: the critical path and the spans with slack of every step, or
+    of the ``slowest`` longest steps."""
+    out = []
+    for graph in step_graphs(table, slowest):
+        out.append(
+            StepCriticalPath(
+                step=graph.step,
+                rank=graph.rank,
+                duration_ns=graph.duration_ns,
+                path_ns=graph.path_ns,
+                gaps_ns=max(graph.duration_ns - graph.path_ns, 0),
+                path=tuple(node.name for node in graph.path),
+                slack=tuple(
+                    SlackEntry(n.name, n.kind, n.layer, n.slack_ns or 0) for n in graph.slack_above(slack_fraction)
+                ),
+            )
+        )
+    return tuple(out)
+
+
+def median_graph(graphs: Sequence[StepGraph]) -> StepGraph:
+    """One graph standing for several steps of one rank: nodes aligned by their place in the
+    tree (kind, name, and occurrence among same-named siblings), each figure the median
+    (nearest rank, as the report's p50) over the steps the node appears in; a node is
+    critical when it was on the critical path in more than half of the steps."""
+    steps = len(graphs)
+    root = _merge([g.root for g in graphs], steps)
+    root.name = f"median of {steps} steps" if steps > 1 else graphs[0].root.name
+    path = [n for n in _walk(root) if n.critical and not any(c.critical for c in n.children)]
+    return StepGraph(graphs[0].step if steps == 1 else None, graphs[0].rank, root, path, steps)
+
+
+def _walk(root: Node) -> list[Node]:
+    out: list[Node] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(reversed(node.children))
+    return out
+
+
+def _median(values: Sequence[int]) -> int:
+    ordered = sorted(values)
+    return ordered[max(math.ceil(0.5 * len(ordered)) - 1, 0)]
+
+
+def _most_common(values: Sequence[Any]) -> Any:
+    return Counter(values).most_common(1)[0][0]
+
+
+def _merge(nodes: Sequence[Node], steps: int) -> Node:
+    first = nodes[0]
+    slacks = [n.slack_ns for n in nodes if n.slack_ns is not None]
+    critical_in = sum(n.critical_in for n in nodes)
+    merged = Node(
+        kind=first.kind,
+        name=first.name,
+        category=first.category,
+        start=_median([n.start for n in nodes]),
+        duration_ns=_median([n.duration_ns for n in nodes]),
+        self_ns=_median([n.self_ns for n in nodes]),
+        elements=_median([n.elements for n in nodes]),
+        clock=_most_common([n.clock for n in nodes]),
+        lane=_most_common([n.lane for n in nodes]),
+        launch=_most_common([n.launch for n in nodes]),
+        source=_most_common([n.source for n in nodes]),
+        checksum=first.checksum if all(n.checksum == first.checksum for n in nodes) else 0,
+        layer=first.layer,
+        slack_ns=_median(slacks) if slacks else None,
+        critical=2 * critical_in > steps,
+        seen=len(nodes),
+        critical_in=critical_in,
+    )
+    groups: dict[tuple[str, str, int], list[Node]] = {}
+    for node in nodes:
+        occurrences: Counter[tuple[str, str]] = Counter()
+        for child in node.children:
+            key = (child.kind, child.name)
+            groups.setdefault((*key, occurrences[key]), []).append(child)
+            occurrences[key] += 1
+    order = {key: i for i, key in enumerate(groups)}
+    kids = [(_merge(group, steps), order[key]) for key, group in groups.items()]
+    merged.children = [k for k, _ in sorted(kids, key=lambda pair: (pair[0].start, pair[1]))]
+    return merged

@@ -1,0 +1,175 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Step graphs: critical path and slack on hand-built two-stream cases (figures computed by
+hand, see graph_cases.py), the median over steps, and ``brickscope tree`` output: snapshot,
+byte-for-byte determinism, DOT that Graphviz accepts, JSON, errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from analysis_synthetic import write_otlp_json, write_pftrace
+from analysis_graph_cases import RESOURCE, SOURCE_HASH, T0, US, gpu, table_of, two_streams
+
+from brickscope.analysis._graph import median_graph, step_graphs
+from brickscope.cli import main
+from brickscope.testing import make_span
+
+SNAPSHOTS = Path(__file__).with_name("snapshots")
+
+
+def by_name(graph):
+    return {node.name: node for node in graph.nodes()}
+
+
+class TestCriticalPathAndSlack:
+    def test_two_streams(self, backend):
+        """Stream 1's chain A -> B -> D is critical (D ends last); stream 2's work has 20 us of slack."""
+        (graph,) = step_graphs(table_of(two_streams(0), backend))
+        nodes = by_name(graph)
+        assert [n.name for n in graph.path] == ["A", "B", "D"]
+        assert (graph.path_ns, graph.duration_ns) == (85 * US, 100 * US)
+        assert {name: nodes[name].slack_ns for name in "ABCDE"} == {
+            "A": 0, "B": 0, "C": 20 * US, "D": 0, "E": 20 * US
+        }
+        assert nodes["k"].slack_ns == 20 * US  # E's latest end 100 minus E's tail (80 - 70)
+        assert {name for name, n in nodes.items() if n.critical} == {"step 0", "layer 0", "A", "B", "D"}
+        assert nodes["a_launch"].slack_ns is None and not nodes["a_launch"].critical  # host clock under GPU brick
+
+    def test_slack_above_a_threshold(self, backend):
+        (graph,) = step_graphs(table_of(two_streams(0), backend))
+        assert [(n.name, n.slack_ns) for n in graph.slack_above(0.1)] == [("C", 20 * US), ("E", 20 * US), ("k", 20 * US)]
+        assert graph.slack_above(0.25) == []  # 20 us < 25% of 100 us
+
+    def test_parent_tail_and_the_last_child_on_the_other_stream(self, backend):
+        """P [0,70] waits 10 us after its last child. Stream 2: Y [0,20] then Z [25,60] (ends last);
+        stream 1: X [0,40]. Z may end by 70 - 10 = 60: slack 0; Y by Z's latest start 25 minus
+        the 5 us gap = 20: slack 0; X by 60: slack 20. Path Y, Z = 20 + 35 = 55 us of 70."""
+        step = gpu("step", None, 0)
+        spans = [
+            make_span(1, "step", T0, T0 + 70 * US, attributes=step, resource=RESOURCE),
+            make_span(2, "X", T0, T0 + 40 * US, 1, attributes=gpu("brick", 1, 0), resource=RESOURCE),
+            make_span(3, "Y", T0, T0 + 20 * US, 1, attributes=gpu("brick", 2, 0), resource=RESOURCE),
+            make_span(4, "Z", T0 + 25 * US, T0 + 60 * US, 1, attributes=gpu("brick", 2, 0), resource=RESOURCE),
+        ]
+        (graph,) = step_graphs(table_of(spans, backend))
+        nodes = by_name(graph)
+        assert [n.name for n in graph.path] == ["Y", "Z"]
+        assert (graph.path_ns, graph.duration_ns) == (55 * US, 70 * US)
+        assert (nodes["X"].slack_ns, nodes["Y"].slack_ns, nodes["Z"].slack_ns) == (20 * US, 0, 0)
+
+    def test_one_stream_is_sequential_so_everything_on_it_is_critical(self, backend):
+        """Three bricks on one stream with gaps: all critical, path = their sum, gaps = the rest."""
+        spans = [make_span(1, "step", T0, T0 + 50 * US, attributes=gpu("step", None, 0), resource=RESOURCE)]
+        for i, (a, b) in enumerate(((0, 10), (15, 30), (32, 50))):
+            spans.append(make_span(2 + i, f"b{i}", T0 + a * US, T0 + b * US, 1, attributes=gpu("brick", 7, 0), resource=RESOURCE))
+        (graph,) = step_graphs(table_of(spans, backend))
+        assert [n.name for n in graph.path] == ["b0", "b1", "b2"]
+        assert graph.path_ns == (10 + 15 + 18) * US
+        assert all(n.slack_ns == 0 for n in graph.nodes())
+
+    def test_median_over_steps(self, backend):
+        """Three steps whose D takes 30, 50 and 230 us: the median tree has D = 50 us, step = 120 us."""
+        spans = two_streams(0) + two_streams(1, base=1000, stretch=20) + two_streams(2, base=2000, stretch=200)
+        graphs = step_graphs(table_of(spans, backend))
+        assert [g.step for g in graphs] == [0, 1, 2]
+        median = median_graph(graphs)
+        nodes = by_name(median)
+        assert median.steps == 3 and median.duration_ns == 120 * US
+        assert nodes["D"].duration_ns == 50 * US and nodes["D"].critical_in == 3
+        assert nodes["C"].slack_ns == 40 * US  # 20, 40, 220 us in the three steps
+        assert [n.name for n in median.path] == ["A", "B", "D"]
+
+
+def _tree(capsys, *argv):
+    status = main(["tree", *map(str, argv), "-q"])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.fixture(name="fixed_trace")
+def _fixed_trace(tmp_path):
+    pytest.importorskip("brickscope.exporter.perfetto")
+    spans = two_streams(0) + two_streams(1, base=1000, stretch=20)
+    return write_pftrace(tmp_path / "fixed.pftrace", spans), spans
+
+
+class TestTreeCommand:
+    @pytest.mark.parametrize("args, snapshot", [
+        (("--step", "0"), "tree-step0.txt"),
+        ((), "tree-median.txt"),
+        (("--step", "1", "--sources"), "tree-step1-sources.txt"),
+        (("--step", "0", "--format", "dot"), "tree-step0.dot"),
+    ])  # fmt: skip
+    def test_snapshot(self, capsys, fixed_trace, args, snapshot):
+        status, out, err = _tree(capsys, fixed_trace[0], *args)
+        assert (status, err) == (0, "")
+        assert out == (SNAPSHOTS / snapshot).read_text()
+
+    def test_same_trace_same_bytes_whatever_the_file(self, capsys, tmp_path, fixed_trace):
+        """Two .pftrace writes (random track uuids) and OTLP JSON of the same spans: identical output."""
+        path, spans = fixed_trace
+        again = write_pftrace(tmp_path / "again.pftrace", spans)
+        as_json = write_otlp_json(tmp_path / "fixed.jsonl", spans)
+        outputs = {_tree(capsys, p, "--format", fmt)[1] for p in (path, again, as_json) for fmt in ("text",)}
+        assert len(outputs) == 1
+        dots = {_tree(capsys, p, "--format", "dot")[1] for p in (path, again, as_json)}
+        assert len(dots) == 1
+
+    def test_json(self, capsys, fixed_trace):
+        status, out, _ = _tree(capsys, fixed_trace[0], "--step", "0", "--format", "json")
+        assert status == 0
+        (tree,) = json.loads(out)["trees"]
+        assert (tree["step"], tree["duration_ns"], tree["critical_path"]) == (
+            0, 100 * US, {"length_ns": 85 * US, "gaps_ns": 15 * US, "spans": ["A", "B", "D"]}
+        )
+        layer = tree["root"]["children"][0]
+        kernel = next(c for c in layer["children"] if c["name"] == "E")["children"][0]
+        assert kernel["launch"] == {"grid": [4, 1, 1], "block": [128, 1, 1], "shared_mem_bytes": 0}
+        assert kernel["source"] == {"hash": SOURCE_HASH}
+        assert [s["name"] for s in tree["slack"]] == ["C", "E", "k"]
+
+    def test_graphviz_accepts_the_dot(self, capsys, tmp_path, fixed_trace):
+        dot = shutil.which("dot")
+        if dot is None:
+            pytest.skip("Graphviz's dot is not installed (Debian: apt-get install graphviz)")
+        _, out, _ = _tree(capsys, fixed_trace[0], "--format", "dot")
+        result = subprocess.run([dot, "-Tsvg"], input=out, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == ""
+        assert "<svg" in result.stdout and "layer 0" in result.stdout
+
+    def test_missing_step_is_one_line_and_status_1(self, capsys, fixed_trace):
+        status, out, err = _tree(capsys, fixed_trace[0], "--step", "9")
+        assert (status, out) == (1, "")
+        assert err.count("\n") == 1 and "no step 9 in the trace (steps 0 to 1)" in err
+
+    def test_bad_arguments_exit_2(self, capsys, fixed_trace):
+        for args in (("--step", "-1"), ("--slack-above", "2"), ("--format", "svg")):
+            with pytest.raises(SystemExit) as exc:
+                main(["tree", str(fixed_trace[0]), *args])
+            assert exc.value.code == 2
+
+
+class TestInTheReport:
+    def test_report_lists_the_longest_steps_paths(self, backend):
+        """--top 2 of three steps: the 230 us and 50 us variants (steps 2 and 1), figures by hand."""
+        from brickscope.analysis import analyse, render
+
+        spans = two_streams(0) + two_streams(1, base=1000, stretch=20) + two_streams(2, base=2000, stretch=200)
+        report = analyse(table_of(spans, backend), top=2)
+        paths = {p.step: p for p in report.critical_paths}
+        assert sorted(paths) == [1, 2]
+        assert (paths[2].duration_ns, paths[2].path_ns, paths[2].gaps_ns) == (300 * US, 285 * US, 15 * US)
+        assert paths[2].path == ("A", "B", "D")
+        assert [(s.name, s.slack_ns) for s in paths[2].slack] == [("C", 220 * US), ("E", 220 * US), ("k", 220 * US)]
+        text = render(report, "text")
+        assert "Critical path of the 2 longest steps (median path share 87.5%; most gaps first)" in text
+        rows = [line.split() for line in text.split("longest steps")[1].splitlines()[3:5]]
+        assert rows == [  # equal gaps (15 us): by rank, then step
+            ["0", "1", "0.120", "0.105", "87.5%", "0.015", "3", "C", "0.040", "ms"],
+            ["0", "2", "0.300", "0.285", "95.0%", "0.015", "3", "C", "0.220", "ms"],
+        ]
