@@ -75,3 +75,40 @@ def test_top_k_ties_by_the_tie_column(values, k):
     expected = sorted(range(len(values)), key=lambda r: (-values[r], ties[r], r))[:k]
     for be in BACKENDS:
         assert be.top_k(be.column(values, "int64"), k, (be.column(ties, "int64"),)) == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["gemm", "all_reduce", "rms_norm"]),
+            st.integers(0, 1),  # rank (= device)
+            st.sampled_from([7, 9]),  # stream
+            st.integers(0, 3),  # step
+            st.integers(0, 2_000),  # start, us
+            st.integers(0, 500),  # duration, us
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_both_backends_give_the_same_report(bricks):
+    """Random GPU traces (two ranks, two streams, overlapping work): every figure of every section
+    is the same whichever backend computes it."""
+    from analysis_synthetic import _resource, span
+
+    from brickscope.analysis import analyse, to_json
+    from brickscope.analysis._table import TableBuilder
+
+    resources = [_resource(0), _resource(1)]
+    spans = [
+        span(i + 1, name, "brick", start, start + duration, resources[rank], device=rank, stream=stream,
+             step=step, category="communication" if name == "all_reduce" else "x")
+        for i, (name, rank, stream, step, start, duration) in enumerate(bricks)
+    ]  # fmt: skip
+    reports = []
+    for be in BACKENDS:
+        builder = TableBuilder(be)
+        builder.add_all(spans)
+        reports.append(to_json(analyse(builder.build(), top=5)))
+    assert reports[0] == reports[1]
