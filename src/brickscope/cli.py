@@ -33,11 +33,12 @@ EXIT_BAD_INPUT = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
-_INSTALL_HINT = (
-    "no subcommand is installed: they come with the exporters, e.g.\n"
-    "  pip install brickscope-exporter-perfetto    # convert, merge\n"
-    "  pip install brickscope-exporter-flamegraph  # flamegraph"
-)
+#: Subcommands other distributions provide, and what to install for them.
+_OPTIONAL = {
+    "convert": "brickscope-exporter-perfetto",
+    "merge": "brickscope-exporter-perfetto",
+    "flamegraph": "brickscope-exporter-flamegraph",
+}
 
 
 class UsageError(ValueError):
@@ -59,8 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
             entry_point.load()(subparsers)
         except Exception as error:  # a broken plugin must not take the other commands down
             broken.append(f"{entry_point.name} ({entry_point.value}): {type(error).__name__}: {error}")
-    if not subparsers.choices:
-        parser.epilog = _INSTALL_HINT
+    missing: dict[str, list[str]] = {}
+    for command, distribution in _OPTIONAL.items():
+        if command not in subparsers.choices:
+            missing.setdefault(distribution, []).append(command)
+    if missing:
+        lines = [f"  pip install {dist:<32} # {', '.join(commands)}" for dist, commands in missing.items()]
+        first = "no subcommand is installed" if not subparsers.choices else "more subcommands"
+        parser.epilog = f"{first}: they come with the exporters:\n" + "\n".join(lines)
     if broken:
         parser.epilog = ((parser.epilog or "") + "\nsubcommands that failed to load: " + "; ".join(broken)).strip()
     return parser

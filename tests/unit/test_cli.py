@@ -32,6 +32,21 @@ class TestCommand:
         assert info.value.code == 0
         assert "pip install brickscope-exporter-perfetto" in capsys.readouterr().out
 
+    def test_help_names_the_distribution_of_each_missing_subcommand(self, monkeypatch, capsys):
+        class Flamegraph:
+            name, value = "flamegraph", "x:register"
+
+            def load(self):
+                return lambda subparsers: subparsers.add_parser("flamegraph")
+
+        monkeypatch.setattr(cli, "entry_points", lambda group: [Flamegraph()])
+        with pytest.raises(SystemExit):
+            cli.main(["--help"])
+        out = capsys.readouterr().out
+        assert "more subcommands: they come with the exporters" in out
+        assert "pip install brickscope-exporter-perfetto" in out and "# convert, merge" in out
+        assert "brickscope-exporter-flamegraph" not in out
+
     def test_a_broken_subcommand_does_not_hide_the_others(self, monkeypatch, capsys):
         class Broken:
             name, value = "broken", "nowhere:register"
