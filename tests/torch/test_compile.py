@@ -107,3 +107,25 @@ class TestScopesInCompiledCode:
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == "[1.0, 1.0]"
+
+    def test_module_compile_in_place_gives_one_brick_per_call(self):
+        """model.compile() on an instrumented model: the model's own brick per call, nothing inside."""
+        model = TinyGPT(blocks=1)
+        with capture_spans() as captured, bt.instrument(model):
+            model.compile(fullgraph=True, backend="eager")
+            with bs.step(0):
+                model(tokens())
+                model(tokens())
+            names = sorted(s.name for s in captured.spans)
+        assert names == ["TinyGPT", "TinyGPT", "step"]
+
+
+class TestFx:
+    def test_symbolic_trace_sees_the_same_module_calls(self):
+        """torch.fx traces an instrumented model into the same graph as the uninstrumented one."""
+        model = TinyGPT(blocks=1)
+        plain = [(n.op, str(n.target)) for n in torch.fx.symbolic_trace(model).graph.nodes]
+        with capture_spans(), bt.instrument(model):
+            traced = torch.fx.symbolic_trace(model)
+        assert [(n.op, str(n.target)) for n in traced.graph.nodes] == plain
+        assert torch.equal(traced(tokens()), model(tokens()))
