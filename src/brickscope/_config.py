@@ -161,6 +161,7 @@ def configure(
     time_kernels: bool = False,
     aggregate: bool = True,
     meter_provider: otel_metrics.MeterProvider | None = None,
+    sync_timeout_millis: float = 1000.0,
 ) -> Session:
     """Install brickscope on ``tracer_provider`` (default: the global one) and turn scopes on.
 
@@ -192,6 +193,10 @@ def configure(
         aggregate: install a CategoryAggregator (and its metrics).
         meter_provider: for the aggregator's metrics; default: the global one
             (built from the environment, as above, when it is not an SDK one).
+        sync_timeout_millis: the most a sync point reached on the hot path (a scope
+            end in ``immediate``/``per_layer`` mode, a forced sync on overflow) waits for
+            the GPU; what is not complete by then stays pending, counted in
+            ``stats()["sync_timeouts"]``.
 
     Raises:
         ValueError: an unknown sync mode or clock, a bad bound, ``clock="cuda"``
@@ -212,6 +217,7 @@ def configure(
         if max_pending is None:
             max_pending = _env_int(env.BRICKSCOPE_MAX_PENDING, 16384)
         _check_bounds(max_pending, max_delay_millis)
+        _check_positive("sync_timeout_millis", sync_timeout_millis)
         if tracer_provider is not None and not isinstance(tracer_provider, TracerProvider):
             raise TypeError(
                 "brickscope: tracer_provider must be an opentelemetry.sdk.trace.TracerProvider, "
@@ -258,6 +264,7 @@ def configure(
             max_delay_millis=max_delay_millis,
             propagate_context=propagate_context,
             time_kernels=time_kernels,
+            sync_timeout_millis=sync_timeout_millis,
         )
         built_meter_provider = None
         if meter_provider is None and aggregate and not sdk_disabled:
@@ -435,6 +442,11 @@ def _check_bounds(max_pending: object, max_delay_millis: object) -> None:
         or max_delay_millis != max_delay_millis
     ):
         raise ValueError(f"brickscope: max_delay_millis must be a number > 0, got {max_delay_millis!r}")
+
+
+def _check_positive(name: str, value: object) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0 or value != value:
+        raise ValueError(f"brickscope: {name} must be a number > 0, got {value!r}")
 
 
 def _env_int(variable: str, default: int) -> int:

@@ -111,8 +111,9 @@ class TestGpuTiming:
         assert bs.sync() is True
         assert [s.name for s in exporter.get_finished_spans()] == ["rms_norm", "ffn_up", "step"]
 
-    def test_per_layer_blocks_at_layer_end_only(self, pipeline, simdriver):
-        """per_layer: no blocking call at brick ends, blocking at the layer end, spans out then."""
+    def test_per_layer_waits_at_layer_end_only(self, pipeline, simdriver):
+        """per_layer: no wait at brick ends; the layer end waits for the GPU (polling the end
+        events, bounded by sync_timeout_millis) and the spans are out then."""
         provider, exporter = pipeline
         configure(provider, sync_mode="per_layer")
         stream = new_stream()
@@ -120,23 +121,64 @@ class TestGpuTiming:
             before = simdriver.counters()["blocking_calls"]
             for _ in range(3):
                 with bs.brick("ffn_up", stream=stream):
-                    simdriver.enqueue_kernel(stream, 1 * MS)
+                    _, kernel_end = simdriver.enqueue_kernel(stream, 1 * MS)
             assert simdriver.counters()["blocking_calls"] == before
             assert exporter.get_finished_spans() == ()
-        assert simdriver.counters()["blocking_calls"] > before
+        assert time.monotonic_ns() >= kernel_end  # the layer's end waited for the last kernel
         assert len(exporter.get_finished_spans()) == 4
 
-    def test_immediate_blocks_at_each_brick(self, pipeline, simdriver):
-        """immediate: each brick end synchronizes its stream and emits its span at once."""
+    def test_immediate_waits_at_each_brick(self, pipeline, simdriver):
+        """immediate: each brick end waits for its GPU work and emits its span at once."""
         provider, exporter = pipeline
         configure(provider, sync_mode="immediate")
         stream = new_stream()
         for i in range(3):
-            before = simdriver.counters()["blocking_calls"]
             with bs.brick("ffn_up", stream=stream):
-                simdriver.enqueue_kernel(stream, 1 * MS)
-            assert simdriver.counters()["blocking_calls"] > before
+                _, kernel_end = simdriver.enqueue_kernel(stream, 1 * MS)
+            assert time.monotonic_ns() >= kernel_end
             assert len(exporter.get_finished_spans()) == i + 1
+
+    @pytest.mark.parametrize("mode", ["immediate", "overflow"])
+    def test_a_hung_stream_holds_a_hot_path_sync_only_until_its_deadline(self, pipeline, simdriver, mode):
+        """A kernel that would run 60 s: the brick's end (immediate) or the overflow's forced
+        sync returns at sync_timeout_millis; the scope stays pending, nothing is lost."""
+        provider, exporter = pipeline
+        kwargs = {"sync_mode": "immediate"} if mode == "immediate" else {"max_pending": 1}
+        session = configure(provider, sync_timeout_millis=100, **kwargs)
+        stream = new_stream()
+        started = time.monotonic()
+        with bs.brick("ffn_up", stream=stream):
+            simdriver.enqueue_kernel(stream, 60_000 * MS)
+        assert time.monotonic() - started < 20  # hang guard only: the kernel alone is 60 s
+        stats = session.stats()
+        assert stats["sync_timeouts"] == 1
+        assert stats["pending"] == 1
+        assert exporter.get_finished_spans() == ()
+        session.shutdown(timeout_millis=100)  # still hung: emitted on the host clock, said why
+        (span,) = exporter.get_finished_spans()
+        assert span.attributes[A.GPU_TIMING_ERROR] == "unresolved_at_shutdown"
+
+    def test_a_stream_whose_set_up_fails_falls_back_once(self, pipeline, simdriver, caplog):
+        """Event creation failing while a stream is set up: host timing for its scopes,
+        counted and logged once, never retried on every scope."""
+        provider, exporter = pipeline
+        session = configure(provider)
+        stream = new_stream()
+        simdriver.inject_event_oom(0)
+        try:
+            creations = simdriver.calls("cuEventCreate")
+            for _ in range(5):
+                with bs.brick("ffn_up", stream=stream):
+                    pass
+            tried = simdriver.calls("cuEventCreate") - creations
+        finally:
+            simdriver.inject_event_oom(-1)
+        session.sync()
+        spans = exporter.get_finished_spans()
+        assert [s.attributes[A.CLOCK] for s in spans] == ["host"] * 5
+        assert session.stats()["gpu_fallbacks"] == 1
+        assert tried <= 1  # the failed set-up is not attempted again for the next four
+        assert sum("could not be set up" in r.getMessage() for r in caplog.records) == 1
 
     def test_none_mode_never_touches_the_gpu(self, pipeline, simdriver):
         """sync_mode='none' times on the host clock and makes no event calls."""

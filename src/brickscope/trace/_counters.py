@@ -52,6 +52,12 @@ class Counters:
         """Count ``amount`` events of ``what``."""
         self.values[what] = self.values.get(what, 0) + amount
 
+    def warn_once(self, key: str, message: str) -> None:
+        """Log ``message`` as a warning, the first time ``key`` is seen."""
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message)
+
     def log_once(self, key: str, message: str) -> None:
         """Log ``message`` with the current exception, the first time ``key`` is seen."""
         if key not in self._warned:

@@ -63,6 +63,9 @@ class Recorder:
         time_kernels: kernel scopes get CUDA events too.
         counters: where events are counted.
         sync: the resolution entry point, ``sync(block, timeout_millis=None, streams=())``.
+        sync_timeout_millis: the most a sync point reached on the hot path (a scope end
+            in ``immediate``/``per_layer``, a forced sync) waits for the GPU; what is not
+            complete by then stays pending for the next sync point.
     """
 
     def __init__(
@@ -77,12 +80,14 @@ class Recorder:
         time_kernels: bool,
         counters: Counters,
         sync: Callable[..., bool],
+        sync_timeout_millis: float = 1000.0,
     ) -> None:
         self.timer = timer
         self.clock = CLOCK_CUDA if timer is not None else CLOCK_HOST
         self.max_pending = max_pending
         self.propagate_context = propagate_context
         self.sync = sync
+        self.sync_timeout_millis = sync_timeout_millis
         # Which kinds get their own CUDA events (step, layer, brick, kernel). Steps and
         # layers have no stream of their own: their GPU interval is the extent of the
         # GPU-timed scopes inside them (see SpanBuilder.build).
@@ -170,16 +175,33 @@ class Recorder:
         return rec
 
     def _stream_of(self, owner: Any, top: Record | None) -> Any:
-        """The timer's StreamRef for a scope: its own stream, else the enclosing scope's."""
+        """The timer's StreamRef for a scope: its own stream, else the enclosing scope's.
+
+        A stream whose set-up fails (the driver cannot make its context ready) falls
+        back to the host clock for good: counted once in ``gpu_fallbacks``, logged once,
+        never retried on every scope.
+        """
         stream = owner._stream
         if stream is None and top is not None and top.stream is not None:
             return top.stream
         try:
-            return self._stream_refs[stream]
+            ref = self._stream_refs[stream]
         except KeyError:
-            ref = self._stream_refs[stream] = self.timer.stream_ref(stream)
+            try:
+                ref = self._stream_refs[stream] = self.timer.stream_ref(stream)
+            except Exception as exc:
+                self._stream_refs[stream] = _Unusable(getattr(exc, "code_name", type(exc).__name__))
+                self._counts["gpu_fallbacks"] += 1
+                self.counters.warn_once(
+                    "stream_setup",
+                    f"brickscope: GPU timing could not be set up on a stream ({exc}); its scopes are timed "
+                    "on the host clock (stats()['gpu_fallbacks'])",
+                )
+                raise
         except TypeError:  # an unhashable stream object
-            ref = self.timer.stream_ref(stream)
+            return self.timer.stream_ref(stream)
+        if type(ref) is _Unusable:
+            raise ref
         return ref
 
     def close(self, rec: Record, error: BaseException | None) -> None:
@@ -216,10 +238,13 @@ class Recorder:
         if action:
             if action == LATE:
                 self._counts["closed_after_shutdown"] += 1
-            self.sync(block=action != POLL, streams=(rec.stream,))
+            if action == POLL:
+                self.sync(block=False)
+            else:
+                self.sync(block=True, timeout_millis=self.sync_timeout_millis, streams=(rec.stream,))
         elif len(pending) >= self.max_pending:
             self._counts["forced_syncs"] += 1
-            self.sync(block=True)
+            self.sync(block=True, timeout_millis=self.sync_timeout_millis)
         elif end >= self._next_poll_ns:
             self._counts["polls"] += 1
             self._next_poll_ns = end + self._max_delay_ns
@@ -242,6 +267,14 @@ class Recorder:
         if self.timer is not None:
             self.timer = None
             self.clock = CLOCK_HOST
+
+
+class _Unusable(Exception):
+    """A stream whose GPU timing could not be set up; its name is the reason."""
+
+    @property
+    def code_name(self) -> str:
+        return str(self.args[0])
 
 
 def _release_context(rec: Record) -> None:

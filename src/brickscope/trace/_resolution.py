@@ -52,7 +52,9 @@ class Resolver:
             with self.lock:
                 self._counts["syncs"] += 1
                 deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1e3
-                if block and self._recorder.timer is not None:
+                if block and deadline is None and self._recorder.timer is not None:
+                    # Unbounded waits only when asked for (bs.sync() without a timeout); with a
+                    # deadline, _gpu_ready polls the records' end events instead.
                     for stream in streams:
                         if stream is not None:
                             self._synchronize(stream)
@@ -136,10 +138,17 @@ class Resolver:
             if deadline is None:
                 timer.wait(rec.end_mark)
                 return True
+            pause = 0.00002
             while not timer.is_complete(rec.end_mark):
                 if time.monotonic() >= deadline:
+                    self._counts["sync_timeouts"] += 1
+                    self._counters.warn_once(
+                        "sync_timeout", "brickscope: a sync point stopped waiting for the GPU at its deadline; "
+                        "the scopes not complete stay pending (stats()['sync_timeouts'])"
+                    )
                     return False
-                time.sleep(0.0001)
+                time.sleep(pause)
+                pause = min(pause * 2, 0.0002)
             return True
         except Exception as exc:  # CudaError: the record falls back to host timing
             rec.gpu_error = getattr(exc, "code_name", type(exc).__name__)

@@ -57,6 +57,9 @@ class GpuSyncSpanProcessor(SpanProcessor):
         propagate_context: make each open step, layer and brick the current OTel
             span, so spans user code starts inside it get it as their parent.
         time_kernels: GPU-time kernel scopes too (two more events per kernel).
+        sync_timeout_millis: the most a sync point on the hot path (a scope end in
+            ``immediate``/``per_layer``, a forced sync) waits for the GPU; scopes not
+            complete by then stay pending (``stats()["sync_timeouts"]``).
 
     Raises:
         ValueError: unknown ``sync_mode`` or a non-positive bound.
@@ -75,6 +78,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         max_delay_millis: float = 1000.0,
         propagate_context: bool = True,
         time_kernels: bool = False,
+        sync_timeout_millis: float = 1000.0,
     ) -> None:
         if not isinstance(tracer_provider, TracerProvider):
             raise TypeError(
@@ -87,6 +91,8 @@ class GpuSyncSpanProcessor(SpanProcessor):
             raise ValueError(f"brickscope: max_pending must be a positive int, got {max_pending!r}")
         if not max_delay_millis > 0:
             raise ValueError(f"brickscope: max_delay_millis must be > 0, got {max_delay_millis!r}")
+        if not sync_timeout_millis > 0:
+            raise ValueError(f"brickscope: sync_timeout_millis must be > 0, got {sync_timeout_millis!r}")
         self.sync_mode = sync_mode
         self.counters = Counters()
         self.recorder = Recorder(
@@ -99,6 +105,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
             time_kernels=time_kernels,
             counters=self.counters,
             sync=self.sync,
+            sync_timeout_millis=sync_timeout_millis,
         )
         self._resolver = Resolver(
             self.recorder,
