@@ -32,6 +32,12 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 import brickscope as bs
 
 
+def gemv_work(x: np.ndarray, weight: np.ndarray) -> dict[str, int]:
+    """What a vector-matrix product does, for the report's memory and roofline sections:
+    2 FLOPs per weight, and the weight, input and output bytes it moves."""
+    return {"flops": 2 * weight.size, "bytes": weight.nbytes + x.nbytes + weight.shape[1] * weight.itemsize}
+
+
 class TinyDecoder:
     """A pre-norm decoder-only transformer with a KV cache; weights are random."""
 
@@ -75,7 +81,7 @@ class TinyDecoder:
                 return rotate(q), rotate(k)
 
     def attention(self, x: np.ndarray, layer: dict, cache: tuple, position: int) -> np.ndarray:
-        with bs.brick("qkv_projection", elements=x.size):
+        with bs.brick("qkv_projection", elements=x.size, **gemv_work(x, layer["wqkv"])):
             with bs.kernel("gemv_qkv", grid=(3 * self.dim // 64,), block=(64,)):
                 q, k, v = np.split(x @ layer["wqkv"], 3)
         q, k = self.rope(q, k, position)
@@ -101,16 +107,16 @@ class TinyDecoder:
 
     @staticmethod
     def ffn(x: np.ndarray, layer: dict) -> np.ndarray:
-        with bs.brick("ffn_gate", elements=layer["w_gate"].shape[1]):
+        with bs.brick("ffn_gate", elements=layer["w_gate"].shape[1], **gemv_work(x, layer["w_gate"])):
             with bs.kernel("gemv_gate", grid=(layer["w_gate"].shape[1] // 64,), block=(64,)):
                 gate = x @ layer["w_gate"]
-        with bs.brick("ffn_up", elements=layer["w_up"].shape[1]):
+        with bs.brick("ffn_up", elements=layer["w_up"].shape[1], **gemv_work(x, layer["w_up"])):
             with bs.kernel("gemv_up", grid=(layer["w_up"].shape[1] // 64,), block=(64,)):
                 up = x @ layer["w_up"]
         with bs.brick("activation", elements=gate.size):
             with bs.kernel("silu_mul", grid=(gate.size // 128,), block=(128,)):
                 hidden = gate / (1 + np.exp(-gate)) * up
-        with bs.brick("ffn_down", elements=x.size):
+        with bs.brick("ffn_down", elements=x.size, **gemv_work(hidden, layer["w_down"])):
             with bs.kernel("gemv_down", grid=(x.size // 64,), block=(64,)):
                 return hidden @ layer["w_down"]
 
