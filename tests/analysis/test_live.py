@@ -90,3 +90,28 @@ class TestLiveSession:
         with capture_spans(aggregate=False) as captured:
             with pytest.raises(AnalysisError, match="aggregate=False"):
                 load(captured.session)
+
+
+def test_report_without_numpy():
+    """A core install without the analysis extra: the same engine runs in pure Python."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['numpy'] = None\n"  # import numpy now raises ImportError
+        "import brickscope as bs\n"
+        "from brickscope.analysis import get_backend\n"
+        "from brickscope.testing import capture_spans\n"
+        "with capture_spans() as captured:\n"
+        "    for _ in range(3):\n"
+        "        with bs.brick('rms_norm'):\n"
+        "            pass\n"
+        "    print(get_backend().name)\n"
+        "    print(captured.session.report('json'))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    backend, document = run.stdout.split("\n", 1)
+    assert backend == "python"
+    (rms_norm,) = json.loads(document)["operations"]
+    assert (rms_norm["name"], rms_norm["count"]) == ("rms_norm", 3)
