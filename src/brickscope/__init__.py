@@ -46,6 +46,7 @@ _LAZY = {
     "shutdown": "brickscope._config",
     "CategoryAggregator": "brickscope.trace",
     "GpuSyncSpanProcessor": "brickscope.trace",
+    "StepSampling": "brickscope.trace",
 }
 
 
@@ -68,6 +69,7 @@ __all__ = [
     "GpuSyncSpanProcessor",
     "ScopeToken",
     "Session",
+    "StepSampling",
     "__version__",
     "brick",
     "configure",

@@ -29,6 +29,7 @@ from brickscope import _environment, _record, _resource, _state, propagation
 from brickscope._clock import host_ns
 from brickscope import environment_variables as env
 from brickscope.trace._aggregation import CategoryAggregator
+from brickscope.trace._sampling import StepSampling
 from brickscope.trace._sync import SYNC_MODES, GpuSyncSpanProcessor
 
 logger = logging.getLogger(__name__)
@@ -162,6 +163,7 @@ def configure(
     aggregate: bool = True,
     meter_provider: otel_metrics.MeterProvider | None = None,
     sync_timeout_millis: float = 1000.0,
+    step_sampling: StepSampling | str | None = None,
 ) -> Session:
     """Install brickscope on ``tracer_provider`` (default: the global one) and turn scopes on.
 
@@ -197,6 +199,10 @@ def configure(
             end in ``immediate``/``per_layer`` mode, a forced sync on overflow) waits for
             the GPU; what is not complete by then stays pending, counted in
             ``stats()["sync_timeouts"]``.
+        step_sampling: which steps produce spans: a :class:`StepSampling` or its text
+            form (``"every=100"``, ``"wait=5,warmup=1,active=3,repeat=2"``); default
+            ``BRICKSCOPE_STEP_SAMPLING``, else every step. Metrics count every brick
+            whatever is sampled.
 
     Raises:
         ValueError: an unknown sync mode or clock, a bad bound, ``clock="cuda"``
@@ -218,6 +224,7 @@ def configure(
             max_pending = _env_int(env.BRICKSCOPE_MAX_PENDING, 16384)
         _check_bounds(max_pending, max_delay_millis)
         _check_positive("sync_timeout_millis", sync_timeout_millis)
+        step_sampling = _step_sampling(step_sampling)
         if tracer_provider is not None and not isinstance(tracer_provider, TracerProvider):
             raise TypeError(
                 "brickscope: tracer_provider must be an opentelemetry.sdk.trace.TracerProvider, "
@@ -265,6 +272,8 @@ def configure(
             propagate_context=propagate_context,
             time_kernels=time_kernels,
             sync_timeout_millis=sync_timeout_millis,
+            step_sampling=step_sampling,
+            aggregate_unsampled=aggregate,
         )
         built_meter_provider = None
         if meter_provider is None and aggregate and not sdk_disabled:
@@ -475,6 +484,23 @@ def _choice(what: str, value: str | None, variable: str, default: str, allowed: 
     if value not in allowed:
         raise ValueError(f"brickscope: unknown {what} {value!r}{source}; expected one of {allowed}")
     return value
+
+
+def _step_sampling(value: StepSampling | str | None) -> StepSampling | None:
+    """``value`` (parsed when text), else ``BRICKSCOPE_STEP_SAMPLING``, else None (every step)."""
+    if isinstance(value, StepSampling):
+        return value
+    if value is None:
+        raw = os.environ.get(env.BRICKSCOPE_STEP_SAMPLING, "").strip()
+        if not raw:
+            return None
+        try:
+            return StepSampling.parse(raw)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (from {env.BRICKSCOPE_STEP_SAMPLING})") from None
+    if isinstance(value, str):
+        return StepSampling.parse(value)
+    raise TypeError(f"brickscope: step_sampling must be a StepSampling or a str, got {type(value).__name__}")
 
 
 def _env_flag(variable: str) -> bool:

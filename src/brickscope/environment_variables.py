@@ -20,3 +20,8 @@ BRICKSCOPE_MAX_PENDING = "BRICKSCOPE_MAX_PENDING"
 #: Spans a session keeps for ``session.report()`` (default 262144, about 40 MB); later
 #: spans are counted (``session.aggregator.dropped``) and named in the report, not kept.
 BRICKSCOPE_REPORT_MAX_SPANS = "BRICKSCOPE_REPORT_MAX_SPANS"
+
+#: Which steps produce spans (``configure(step_sampling=...)``): ``every=N`` or a
+#: torch.profiler-like schedule ``wait=W,warmup=U,active=A[,repeat=R][,skip_first=S]``.
+#: Metrics count every brick whatever is sampled.
+BRICKSCOPE_STEP_SAMPLING = "BRICKSCOPE_STEP_SAMPLING"

@@ -9,7 +9,7 @@ Example::
 
 from typing import Any
 
-__all__ = ["SYNC_MODES", "CategoryAggregator", "GpuSyncSpanProcessor"]
+__all__ = ["SYNC_MODES", "CategoryAggregator", "GpuSyncSpanProcessor", "StepSampling"]
 
 # Loaded on first use (PEP 562): they import the OpenTelemetry SDK, which
 # ``import brickscope.trace.attributes`` (used by the offline tools) does not need.
@@ -17,6 +17,7 @@ _LAZY = {
     "CategoryAggregator": "brickscope.trace._aggregation",
     "GpuSyncSpanProcessor": "brickscope.trace._sync",
     "SYNC_MODES": "brickscope.trace._sync",
+    "StepSampling": "brickscope.trace._sampling",
 }
 
 

@@ -127,6 +127,8 @@ class CategoryAggregator(SpanProcessor):
         # (brick, category) -> metric labels: one lookup per span
         self._labels: dict[tuple[str, str], dict[str, str]] = {}
         self.errors = 0
+        #: Bricks folded into the metrics without a span (unsampled), not in the report.
+        self.unsampled_bricks = 0
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         """Nothing to do at start."""
@@ -146,19 +148,34 @@ class CategoryAggregator(SpanProcessor):
             self_ns = attributes.get(BRICK_SELF_DURATION_NS)
             if self_ns is None:  # not resolved by brickscope: no nesting information
                 self_ns = span.end_time - span.start_time
-            elements = attributes.get(BRICK_ELEMENTS, 0)
-            labels = self._labels.get((name, category))
-            if labels is None:
-                labels = self._labels[(name, category)] = {BRICK_NAME: name, BRICK_CATEGORY: category}
             # The context the SDK reads exemplars from: this span as the current one.
             context = with_span(EMPTY_CONTEXT, NonRecordingSpan(span.context)) if self._exemplars else None
-            self._duration.record(self_ns / 1e9, labels, context=context)
-            if elements:
-                self._elements.add(elements, labels, context=context)
+            self._record(name, category, self_ns, attributes.get(BRICK_ELEMENTS, 0), context)
         except Exception:
-            self.errors += 1
-            if self.errors == 1:
-                logger.exception("brickscope: CategoryAggregator could not fold a span")
+            self._failed()
+
+    def fold_metrics(self, name: str, category: str, self_ns: int, elements: int) -> None:
+        """Fold a brick that produced no span (its trace or step was not sampled): the
+        metrics count it exactly as a sampled one (no exemplar); the report does not
+        keep it (it has no span). Never raises."""
+        try:
+            self.unsampled_bricks += 1
+            self._record(name, category, self_ns, elements, None)
+        except Exception:
+            self._failed()
+
+    def _record(self, name: str, category: str, self_ns: int, elements: int, context: Any) -> None:
+        labels = self._labels.get((name, category))
+        if labels is None:
+            labels = self._labels[(name, category)] = {BRICK_NAME: name, BRICK_CATEGORY: category}
+        self._duration.record(self_ns / 1e9, labels, context=context)
+        if elements:
+            self._elements.add(elements, labels, context=context)
+
+    def _failed(self) -> None:
+        self.errors += 1
+        if self.errors == 1:
+            logger.exception("brickscope: CategoryAggregator could not fold a span")
 
     @property
     def dropped(self) -> int:

@@ -27,7 +27,7 @@ from opentelemetry.trace import SpanKind
 
 from brickscope import _otel_context, _record
 from brickscope._clock import perf_counter_ns
-from brickscope._record import Record
+from brickscope._record import KIND_BRICK, KIND_STEP, Record
 from brickscope.trace._counters import Counters
 from brickscope.trace._sdk import static_root_decision
 from brickscope.trace.attributes import CLOCK_CUDA, CLOCK_HOST
@@ -66,6 +66,9 @@ class Recorder:
         sync_timeout_millis: the most a sync point reached on the hot path (a scope end
             in ``immediate``/``per_layer``, a forced sync) waits for the GPU; what is not
             complete by then stays pending for the next sync point.
+        step_sampling: which steps produce spans (a ``StepSampling``), or None for all.
+        aggregate_unsampled: unsampled bricks are still timed and resolved, for the
+            metrics (no span is built); False drops unsampled scopes at close.
     """
 
     def __init__(
@@ -81,6 +84,8 @@ class Recorder:
         counters: Counters,
         sync: Callable[..., bool],
         sync_timeout_millis: float = 1000.0,
+        step_sampling: Any = None,
+        aggregate_unsampled: bool = True,
     ) -> None:
         self.timer = timer
         self.clock = CLOCK_CUDA if timer is not None else CLOCK_HOST
@@ -103,6 +108,8 @@ class Recorder:
         self.counters = counters
         self._counts = counters.values
         self.close_actions = CLOSE_ACTIONS[sync_mode]
+        self._step_sampling = step_sampling
+        self.aggregate_unsampled = aggregate_unsampled
 
     def open(self, owner: Any, opener: Any = None) -> Record:
         """Push a new record for a scope entering on this thread/task. Never blocks.
@@ -125,6 +132,8 @@ class Recorder:
                 span_context = None
                 rec.trace_id = trace_id = self.id_generator.generate_trace_id()
                 rec.sampled = self._sample_root(trace_id, owner._name)
+            if owner._kind == KIND_STEP and self._step_sampling is not None and rec.sampled:
+                rec.sampled = self._step_sampling.samples(owner._index)
             rec.otel_parent = span_context
             rec.parent = None
             if self.propagate_context and owner._propagates:
@@ -156,7 +165,12 @@ class Recorder:
         rec.gpu_first = rec.gpu_last = 0
         _set_top(rec)
         timer = self.timer
-        if timer is not None and rec.sampled and self._gpu_timed[owner._kind] and not owner._host_only:
+        if (
+            timer is not None
+            and (rec.sampled or (self.aggregate_unsampled and owner._kind == KIND_BRICK))
+            and self._gpu_timed[owner._kind]
+            and not owner._host_only
+        ):
             try:
                 rec.stream = stream = self._stream_of(owner, top)
             except Exception as exc:  # e.g. the driver failing to set up the stream's context
@@ -229,11 +243,15 @@ class Recorder:
             _repair_stack(rec)
         if error is not None:
             rec.error = _describe(error)
-        if not rec.sampled:
-            self._counts["scopes_unsampled"] += 1
-            return
         pending = self.pending
-        pending.append(rec)
+        if rec.sampled:
+            pending.append(rec)
+        else:  # no span; an unsampled brick still goes to the metrics (resolved, not built)
+            self._counts["scopes_unsampled"] += 1
+            if not self.aggregate_unsampled:
+                return
+            if rec.owner._kind == KIND_BRICK:
+                pending.append(rec)
         action = self.close_actions[rec.owner._kind]
         if action:
             if action == LATE:

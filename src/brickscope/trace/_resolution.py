@@ -71,6 +71,9 @@ class Resolver:
                 rec = pending.popleft()
                 if rec.end_mark >= 0:
                     rec.gpu_error = "unresolved_at_shutdown"
+                if not rec.sampled:
+                    self._downstream.fold_unsampled(self._builder.measure(rec), self._downstream.processors())
+                    continue
                 try:
                     built = self._builder.build(rec)
                 except Exception:
@@ -114,6 +117,9 @@ class Resolver:
                 if rec.end_mark >= 0 and not self._gpu_ready(timer, rec, block, deadline):
                     return False
                 pending.popleft()
+                if not rec.sampled:  # an unsampled brick: metrics only
+                    downstream.fold_unsampled(self._builder.measure(rec), processors)
+                    continue
                 try:
                     built = build(rec)
                 except Exception:  # a record that cannot become a span is dropped, counted

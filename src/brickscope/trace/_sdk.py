@@ -101,6 +101,17 @@ class Downstream:
                 self._counts["processor_errors"] += 1
                 self._counters.log_once(f"on_end:{type(processor).__name__}", "brickscope: a span processor failed")
 
+    def fold_unsampled(self, measured: tuple[str, str, int, int], processors: tuple) -> None:
+        """Hand an unsampled brick's (name, category, self ns, elements) to the metrics of
+        every CategoryAggregator downstream; other processors see nothing of it."""
+        for processor, kind, _ in processors:
+            if kind == AGGREGATOR:
+                try:
+                    processor.fold_metrics(*measured)
+                except Exception:
+                    self._counts["processor_errors"] += 1
+                    self._counters.log_once("fold_metrics", "brickscope: a span processor failed")
+
     def batch_queues(self) -> list[Any]:
         return batch_queues(self._provider)
 

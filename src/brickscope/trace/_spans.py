@@ -166,6 +166,20 @@ class SpanBuilder:
         )
         return span, attributes
 
+    def measure(self, rec: Record) -> tuple[str, str, int, int]:
+        """What the metrics need of an unsampled brick, without building its span:
+        (brick name, category, self time ns, elements). Times it as :meth:`build` would
+        (GPU events, else the host clock) and credits its enclosing brick the same way."""
+        duration = rec.host_end - rec.host_start
+        if rec.start_mark >= 0:
+            interval = self._gpu_interval(rec)
+            if interval is not None:
+                duration = interval[1] - interval[0]
+        if rec.gpu_error is not None:
+            self._counts["gpu_timing_errors"] += 1
+        info = rec.owner.brick_info()
+        return info.name, info.category, self._self_time(rec, duration), rec.owner._elements
+
     def _span_context(self, rec: Record) -> SpanContext:
         """rec's SpanContext, made once: siblings share their parent's."""
         context = rec.span_context

@@ -27,6 +27,7 @@ from brickscope.trace import _delivery
 from brickscope.trace._counters import Counters
 from brickscope.trace._recorder import CLOSE_ACTIONS, LATE, Recorder
 from brickscope.trace._resolution import Resolver
+from brickscope.trace._sampling import StepSampling
 from brickscope.trace._sdk import Downstream
 from brickscope.trace._spans import SpanBuilder
 
@@ -60,6 +61,11 @@ class GpuSyncSpanProcessor(SpanProcessor):
         sync_timeout_millis: the most a sync point on the hot path (a scope end in
             ``immediate``/``per_layer``, a forced sync) waits for the GPU; scopes not
             complete by then stay pending (``stats()["sync_timeouts"]``).
+        step_sampling: which steps produce spans (:class:`StepSampling`), or None:
+            every step the OTel sampler keeps.
+        aggregate_unsampled: bricks that produce no span (unsampled trace or step)
+            are still timed and resolved for the metrics of the provider's
+            CategoryAggregator; False drops them at close (nothing to aggregate into).
 
     Raises:
         ValueError: unknown ``sync_mode`` or a non-positive bound.
@@ -79,6 +85,8 @@ class GpuSyncSpanProcessor(SpanProcessor):
         propagate_context: bool = True,
         time_kernels: bool = False,
         sync_timeout_millis: float = 1000.0,
+        step_sampling: StepSampling | None = None,
+        aggregate_unsampled: bool = True,
     ) -> None:
         if not isinstance(tracer_provider, TracerProvider):
             raise TypeError(
@@ -93,6 +101,8 @@ class GpuSyncSpanProcessor(SpanProcessor):
             raise ValueError(f"brickscope: max_delay_millis must be > 0, got {max_delay_millis!r}")
         if not sync_timeout_millis > 0:
             raise ValueError(f"brickscope: sync_timeout_millis must be > 0, got {sync_timeout_millis!r}")
+        if step_sampling is not None and not isinstance(step_sampling, StepSampling):
+            raise TypeError(f"brickscope: step_sampling must be a StepSampling, got {type(step_sampling).__name__}")
         self.sync_mode = sync_mode
         self.counters = Counters()
         self.recorder = Recorder(
@@ -106,6 +116,8 @@ class GpuSyncSpanProcessor(SpanProcessor):
             counters=self.counters,
             sync=self.sync,
             sync_timeout_millis=sync_timeout_millis,
+            step_sampling=step_sampling,
+            aggregate_unsampled=aggregate_unsampled,
         )
         self._resolver = Resolver(
             self.recorder,

@@ -1,0 +1,180 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Production sampling: step policies choose which steps produce spans; metrics see every brick."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+
+import brickscope as bs
+from brickscope import environment_variables as env
+from brickscope.testing import capture_spans
+from brickscope.trace import _recorder
+from brickscope.trace import attributes as A
+
+
+class DrivenClock:
+    """Stands in for perf_counter_ns where the recorder reads it: each read returns ``now``."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    driven = DrivenClock()
+    monkeypatch.setattr(_recorder, "perf_counter_ns", driven)
+    return driven
+
+
+def run_steps(clock: DrivenClock, steps: int) -> None:
+    """Each step: attention (50 ns) with rms_norm (10 ns, 64 elements) inside, then lm_head (7 ns)."""
+    for number in range(steps):
+        with bs.step(number):
+            with bs.brick("attention_score"):
+                clock.now += 20
+                with bs.brick("rms_norm", elements=64):
+                    clock.now += 10
+                clock.now += 20
+            with bs.brick("lm_head", elements=number):
+                clock.now += 7
+
+
+def brick_metrics(reader: InMemoryMetricReader) -> dict[str, tuple]:
+    """brick name -> (histogram count, histogram sum in s, elements counter) from the reader."""
+    data = reader.get_metrics_data()
+    metrics = {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    durations = {p.attributes[A.BRICK_NAME]: p for p in metrics[A.METRIC_BRICK_DURATION].data.data_points}
+    elements = {p.attributes[A.BRICK_NAME]: p.value for p in metrics[A.METRIC_BRICK_ELEMENTS].data.data_points}
+    return {name: (p.count, p.sum, elements.get(name, 0)) for name, p in durations.items()}
+
+
+class TestStepSamplingPolicy:
+    def test_every_nth_step_keeps_multiples_of_n(self):
+        policy = bs.StepSampling(every=3)
+        assert [n for n in range(10) if policy.samples(n)] == [0, 3, 6, 9]
+
+    def test_schedule_cycles_wait_warmup_active_then_stops_after_repeat(self):
+        """skip 1, then (wait 1, warmup 1, active 2) twice: steps 3, 4, 7, 8 and no more."""
+        policy = bs.StepSampling(wait=1, warmup=1, active=2, repeat=2, skip_first=1)
+        assert [n for n in range(20) if policy.samples(n)] == [3, 4, 7, 8]
+
+    def test_schedule_without_repeat_cycles_forever(self):
+        policy = bs.StepSampling(wait=2, active=1)
+        assert [n for n in range(10) if policy.samples(n)] == [2, 5, 8]
+
+    def test_text_form_parses_to_the_same_policy(self):
+        assert bs.StepSampling.parse("every=100") == bs.StepSampling(every=100)
+        assert bs.StepSampling.parse(" wait=5, warmup=1,active=3 ,repeat=2") == bs.StepSampling(
+            wait=5, warmup=1, active=3, repeat=2
+        )
+
+    @pytest.mark.parametrize(
+        ("text", "message"),
+        [
+            ("every=0", "every=N"),
+            ("every=-1", "every must be an int >= 0"),
+            ("every=2,wait=1", "either every=N or"),
+            ("wait=3", "active >= 1"),
+            ("often", "bad step sampling 'often'"),
+            ("active=x", "active='x' is not an int"),
+            ("cycles=3", "bad step sampling"),
+        ],
+    )
+    def test_bad_policies_fail_at_set_up(self, text, message):
+        with pytest.raises(ValueError, match=message):
+            bs.StepSampling.parse(text)
+
+    def test_bad_environment_value_names_the_variable(self, monkeypatch):
+        monkeypatch.setenv(env.BRICKSCOPE_STEP_SAMPLING, "every=two")
+        with pytest.raises(ValueError, match=env.BRICKSCOPE_STEP_SAMPLING):
+            bs.configure(TracerProvider(), clock="host")
+
+    def test_configure_rejects_other_types(self):
+        with pytest.raises(TypeError, match="step_sampling"):
+            bs.configure(TracerProvider(), clock="host", step_sampling=5)
+
+
+class TestScheduledSpans:
+    def test_schedule_produces_spans_for_exactly_the_active_steps(self, clock):
+        with capture_spans(step_sampling="wait=1,warmup=1,active=2,repeat=2,skip_first=1") as captured:
+            run_steps(clock, 12)
+            captured.session.sync()
+            spans = captured.spans
+        steps = sorted(s.attributes[A.STEP_NUMBER] for s in spans if s.name == "step")
+        assert steps == [3, 4, 7, 8]
+        bricks = [s for s in spans if s.attributes[A.SCOPE_KIND] == "brick"]
+        assert len(bricks) == 4 * 3
+        assert sorted({b.attributes[A.STEP_NUMBER] for b in bricks}) == [3, 4, 7, 8]
+
+    def test_environment_variable_sets_the_policy(self, clock, monkeypatch):
+        monkeypatch.setenv(env.BRICKSCOPE_STEP_SAMPLING, "every=4")
+        with capture_spans() as captured:
+            run_steps(clock, 10)
+            captured.session.sync()
+            steps = sorted(s.attributes[A.STEP_NUMBER] for s in captured.by_name("step"))
+        assert steps == [0, 4, 8]
+
+    def test_step_policy_combines_with_an_unsampled_parent(self, clock):
+        """Under an unsampled request span an active step still produces nothing."""
+        provider = TracerProvider(sampler=ParentBased(ALWAYS_OFF))
+        with capture_spans(provider, step_sampling="every=1") as captured:
+            with provider.get_tracer("app").start_as_current_span("request"):
+                run_steps(clock, 2)
+            captured.session.sync()
+            assert captured.spans == ()
+
+
+class TestExactMetricsUnderSampling:
+    def metrics_of(self, clock: DrivenClock, **configure_kwargs) -> tuple[dict, int, int]:
+        reader = InMemoryMetricReader()
+        with capture_spans(meter_provider=MeterProvider(metric_readers=[reader]), **configure_kwargs) as captured:
+            run_steps(clock, 10)
+            captured.session.sync()
+            metrics = brick_metrics(reader)
+            spans = len(captured.spans)
+            unsampled = captured.session.aggregator.unsampled_bricks
+        return metrics, spans, unsampled
+
+    @pytest.mark.parametrize("policy", ["every=4", "wait=2,warmup=1,active=1", "every=1000"])
+    def test_counts_and_sums_equal_the_unsampled_run(self, clock, policy):
+        full, full_spans, full_unsampled = self.metrics_of(clock)
+        sampled, sampled_spans, sampled_unsampled = self.metrics_of(clock, step_sampling=policy)
+        assert sampled == full
+        assert full_unsampled == 0
+        assert sampled_spans < full_spans
+        # 4 spans per kept step (step + 3 bricks); the other steps' 3 bricks each folded without one.
+        kept = full_spans // 4 - sampled_spans // 4
+        assert sampled_unsampled == 3 * kept
+
+    def test_figures_are_the_bricks_self_times(self, clock):
+        """Hand-computed: attention 50 ns minus its nested rms_norm 10 ns, ten steps."""
+        metrics, _, _ = self.metrics_of(clock, step_sampling="every=3")
+        assert metrics["attention_score"][:2] == (10, pytest.approx(10 * 40 / 1e9))
+        assert metrics["rms_norm"] == (10, pytest.approx(10 * 10 / 1e9), 640)
+        assert metrics["lm_head"] == (10, pytest.approx(10 * 7 / 1e9), sum(range(10)))
+
+    def test_an_unsampled_parent_span_still_feeds_the_metrics(self, clock):
+        provider = TracerProvider(sampler=ParentBased(ALWAYS_OFF))
+        reader = InMemoryMetricReader()
+        with capture_spans(provider, meter_provider=MeterProvider(metric_readers=[reader])) as captured:
+            with provider.get_tracer("app").start_as_current_span("request"):
+                run_steps(clock, 3)
+            captured.session.sync()
+            assert captured.spans == ()
+            assert brick_metrics(reader)["rms_norm"] == (3, pytest.approx(3 * 10 / 1e9), 192)
+            assert captured.session.stats()["pending"] == 0
+
+    def test_without_an_aggregator_unsampled_scopes_are_dropped_at_close(self, clock):
+        with capture_spans(step_sampling="every=1000", aggregate=False) as captured:
+            with bs.step(1), bs.brick("rms_norm"):
+                assert captured.session.stats()["pending"] == 0
+            stats = captured.session.stats()
+        assert stats["pending"] == 0
+        assert stats["scopes_unsampled"] == 2
