@@ -47,6 +47,7 @@ _LAZY = {
     "CategoryAggregator": "brickscope.trace",
     "GpuSyncSpanProcessor": "brickscope.trace",
     "StepSampling": "brickscope.trace",
+    "register_kernel_source": "brickscope._kernel_sources",
 }
 
 
@@ -82,6 +83,7 @@ __all__ = [
     "kernel",
     "layer",
     "register_brick",
+    "register_kernel_source",
     "shutdown",
     "start_brick",
     "step",

@@ -25,7 +25,7 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from brickscope import _environment, _record, _resource, _state, propagation
+from brickscope import _environment, _kernel_sources, _record, _resource, _state, propagation
 from brickscope._clock import host_ns
 from brickscope import environment_variables as env
 from brickscope.trace._aggregation import CategoryAggregator
@@ -263,6 +263,7 @@ def configure(
         _resource.extend_provider_resource(
             tracer_provider, {**_resource.process_attributes(), **_resource.gpu_attributes(timer)}
         )
+        _kernel_sources.publish(tracer_provider)
         sync_processor = GpuSyncSpanProcessor(
             tracer_provider,
             sync_mode=sync_mode,

@@ -131,6 +131,17 @@ def extend_provider_resource(provider: TracerProvider, attributes: Mapping[str, 
     return provider.resource
 
 
+def replace_provider_resource_attributes(provider: TracerProvider, attributes: Mapping[str, Any]) -> Resource:
+    """Set ``attributes`` on the provider's resource, replacing values it has (brickscope's own
+    keys that change during a run: the kernel source registry); returns the new resource."""
+    update = getattr(provider, "_update_resource", None)
+    if update is not None:  # merge: the update's values win
+        update(Resource(dict(attributes)))
+    else:
+        provider._resource = provider.resource.merge(Resource(dict(attributes)))  # noqa: SLF001
+    return provider.resource
+
+
 class BrickscopeResourceDetector(ResourceDetector):
     """An SDK resource detector for host name and launcher rank (no GPU access).
 

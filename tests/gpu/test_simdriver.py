@@ -70,8 +70,8 @@ class TestLoading:
 
     def test_unknown_entry_point_raises_only_when_called(self, drv: Any) -> None:
         """A function the simulator lacks resolves to nothing and raises a RuntimeError when called."""
-        with pytest.raises(RuntimeError, match="cuMemAlloc"):
-            drv.cuMemAlloc(16)
+        with pytest.raises(RuntimeError, match="cuModuleLoad"):
+            drv.cuModuleLoad(b"kernel.cubin")
 
     def test_get_proc_address_picks_the_versioned_abi(self, simdriver: Any) -> None:
         """cuGetProcAddress_v2 returns the _v2 ABI from its CUDA version on, and NOT_FOUND for unknown names."""
@@ -307,3 +307,56 @@ class TestFork:
         os.waitpid(pid, 0)
         assert child == ",".join(["CUDA_ERROR_NOT_INITIALIZED"] * 3)
         assert code(drv.cuEventCreate(0)) == "CUDA_SUCCESS"
+
+
+class TestMemory:
+    """cuMemAlloc / cuMemFree / cuMemcpyHtoD / cuMemcpyDtoH, per the Memory Management chapter."""
+
+    def test_round_trip_through_device_memory(self, drv: Any, ctx: Any) -> None:
+        dptr = ok(drv.cuMemAlloc(16))
+        ok(drv.cuMemcpyHtoD(dptr, b"0123456789abcdef", 16))
+        out = bytearray(8)
+        ok(drv.cuMemcpyDtoH(out, int(dptr) + 4, 8))
+        assert bytes(out) == b"456789ab"
+        ok(drv.cuMemFree(dptr))
+
+    def test_allocations_are_not_cleared(self, drv: Any, ctx: Any) -> None:
+        dptr = ok(drv.cuMemAlloc(4))
+        out = bytearray(4)
+        ok(drv.cuMemcpyDtoH(out, dptr, 4))
+        assert bytes(out) == b"\xa5" * 4  # the simulator's fill: a read before any write shows
+        ok(drv.cuMemFree(dptr))
+
+    def test_invalid_arguments(self, drv: Any, ctx: Any) -> None:
+        assert code(drv.cuMemAlloc(0)) == "CUDA_ERROR_INVALID_VALUE"
+        dptr = ok(drv.cuMemAlloc(8))
+        out = bytearray(16)
+        assert code(drv.cuMemcpyDtoH(out, dptr, 16)) == "CUDA_ERROR_INVALID_VALUE"  # past the allocation
+        assert code(drv.cuMemcpyDtoH(out, int(dptr) + (1 << 30), 1)) == "CUDA_ERROR_INVALID_VALUE"
+        ok(drv.cuMemFree(dptr))
+        assert code(drv.cuMemFree(dptr)) == "CUDA_ERROR_INVALID_VALUE"  # freed twice
+        assert code(drv.cuMemcpyDtoH(out, dptr, 1)) == "CUDA_ERROR_INVALID_VALUE"  # use after free
+
+    def test_needs_a_current_context(self, drv: Any, ctx: Any) -> None:
+        dptr = ok(drv.cuMemAlloc(8))
+        ok(drv.cuCtxPopCurrent())
+        assert code(drv.cuMemAlloc(8)) == "CUDA_ERROR_INVALID_CONTEXT"
+        assert code(drv.cuMemcpyDtoH(bytearray(8), dptr, 8)) == "CUDA_ERROR_INVALID_CONTEXT"
+        ok(drv.cuCtxPushCurrent(ctx))
+        ok(drv.cuMemFree(dptr))
+
+    def test_device_to_host_copy_waits_for_blocking_streams(self, drv: Any, ctx: Any, simdriver: Any) -> None:
+        """DtoH is ordered after the work of blocking streams: when it returns, that work has completed."""
+        stream = ok(drv.cuStreamCreate(0))  # a blocking stream
+        event = ok(drv.cuEventCreate(0))
+        simdriver.enqueue_kernel(int(stream), 20 * MS)
+        ok(drv.cuEventRecord(event, stream))
+        assert code(drv.cuEventQuery(event)) == "CUDA_ERROR_NOT_READY"
+        dptr = ok(drv.cuMemAlloc(8))
+        blocking = simdriver.counters()["blocking_calls"]
+        ok(drv.cuMemcpyDtoH(bytearray(8), dptr, 8))
+        assert code(drv.cuEventQuery(event)) == "CUDA_SUCCESS"
+        assert simdriver.counters()["blocking_calls"] == blocking + 1
+        assert simdriver.calls("cuMemcpyDtoH") == 1
+        for result in (drv.cuMemFree(dptr), drv.cuEventDestroy(event), drv.cuStreamDestroy(stream)):
+            ok(result)

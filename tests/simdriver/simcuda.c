@@ -23,7 +23,14 @@
  * and they wait for it; streams created with CU_STREAM_NON_BLOCKING do not.
  * Event timestamps have the documented 0.5 us resolution (floored to 500 ns).
  *
- * Not simulated: memory, modules, kernels proper, graphs, IPC, green contexts,
+ * Memory (Memory Management chapter: cuMemAlloc, cuMemFree, cuMemcpyHtoD,
+ * cuMemcpyDtoH) is host memory behind a fake device address range; the copies are
+ * synchronous as documented: HtoD waits for the legacy default stream before it
+ * copies, DtoH returns once its copy, ordered on the legacy stream (so after the
+ * work of every blocking stream), has completed. Allocations are not cleared
+ * (filled with 0xA5 so that reading one before writing shows).
+ *
+ * Not simulated: modules, kernels proper, graphs, IPC, green contexts,
  * non-primary contexts (cuCtxCreate resolves to "not found"), the per-thread
  * default stream as a per-thread object (CU_STREAM_PER_THREAD is one blocking
  * stream per context), and cuGetProcAddress's per-thread-default-stream flag
@@ -52,6 +59,7 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef uint64_t cuuint64_t;
+typedef unsigned long long CUdeviceptr;
 
 enum {
     CUDA_SUCCESS = 0,
@@ -105,7 +113,8 @@ enum { /* CUdriverProcAddressQueryResult */
     X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery) \
     X(cuStreamGetCtx) X(cuStreamGetDevice) X(cuStreamGetFlags) X(cuEventCreate)  \
     X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)     \
-    X(cuEventElapsedTime) X(simcuda_enqueue_kernel)
+    X(cuEventElapsedTime) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD)             \
+    X(cuMemcpyDtoH) X(simcuda_enqueue_kernel)
 
 #define SIM_ENUM(name) EP_##name,
 enum { SIM_ENTRY_POINTS(SIM_ENUM) EP_COUNT };
@@ -167,6 +176,21 @@ static event_t *g_events;
 static size_t g_events_len, g_events_cap;
 static int64_t *g_event_free;  /* free event slot indices (a stack) */
 static size_t g_event_free_len;
+
+/* device memory: host buffers behind a fake, never reused device address range */
+#define SIM_DEVICE_BASE 0x7d0000000000ull
+#define SIM_ALLOC_ALIGN 256ull
+typedef struct {
+    int alive;
+    int ctx;
+    uint32_t ctx_gen;
+    uint64_t base;
+    size_t size;
+    unsigned char *host;
+} alloc_t;
+static alloc_t *g_allocs;
+static size_t g_allocs_len, g_allocs_cap;
+static uint64_t g_next_dptr = SIM_DEVICE_BASE;
 
 /* counters and faults */
 static uint64_t g_calls[EP_COUNT];
@@ -313,8 +337,20 @@ static void init_stream(stream_t *s, int legacy, int dev, unsigned flags) {
 }
 
 /* Destroy a primary context and everything created in it. */
+static void free_allocs(int dev) { /* dev < 0: every context */
+    for (size_t i = 0; i < g_allocs_len; i++) {
+        alloc_t *a = &g_allocs[i];
+        if (a->alive && (dev < 0 || a->ctx == dev)) {
+            free(a->host);
+            a->host = NULL;
+            a->alive = 0;
+        }
+    }
+}
+
 static void ctx_destroy(int dev) {
     ctx_t *c = &g_ctx[dev];
+    free_allocs(dev);
     for (size_t i = 0; i < g_events_len; i++) {
         event_t *e = &g_events[i];
         if (e->alive && e->ctx == dev) {
@@ -802,6 +838,97 @@ static CUresult elapsed(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
 SIM_EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
 SIM_EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
 
+/* ---- memory --------------------------------------------------------------------------- */
+
+/* The live allocation of the current context holding [dptr, dptr + n), or NULL. */
+static alloc_t *alloc_lookup(ctx_t *c, int dev, CUdeviceptr dptr, size_t n) {
+    for (size_t i = 0; i < g_allocs_len; i++) {
+        alloc_t *a = &g_allocs[i];
+        if (a->alive && a->ctx == dev && a->ctx_gen == c->gen && dptr >= a->base &&
+            n <= a->size && dptr - a->base <= a->size - n)
+            return a;
+    }
+    return NULL;
+}
+
+SIM_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+    ENTER(cuMemAlloc);
+    if (!dptr || bytesize == 0) RETURN(CUDA_ERROR_INVALID_VALUE);
+    int dev;
+    ctx_t *c = current_ctx(&dev);
+    if (!c) RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    if (c->sticky) RETURN(c->sticky);
+    if (g_allocs_len == g_allocs_cap) {
+        size_t cap = g_allocs_cap ? 2 * g_allocs_cap : 64;
+        alloc_t *grown = realloc(g_allocs, cap * sizeof *grown);
+        if (!grown) RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+        g_allocs = grown;
+        g_allocs_cap = cap;
+    }
+    unsigned char *host = malloc(bytesize);
+    if (!host) RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    memset(host, 0xA5, bytesize);
+    alloc_t *a = &g_allocs[g_allocs_len++];
+    a->alive = 1;
+    a->ctx = dev;
+    a->ctx_gen = c->gen;
+    a->base = g_next_dptr;
+    a->size = bytesize;
+    a->host = host;
+    g_next_dptr += (bytesize + SIM_ALLOC_ALIGN - 1) / SIM_ALLOC_ALIGN * SIM_ALLOC_ALIGN + SIM_ALLOC_ALIGN;
+    *dptr = a->base;
+    RETURN(CUDA_SUCCESS);
+}
+
+SIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+    ENTER(cuMemFree);
+    int dev;
+    ctx_t *c = current_ctx(&dev);
+    if (!c) RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    if (c->sticky) RETURN(c->sticky);
+    alloc_t *a = alloc_lookup(c, dev, dptr, 1);
+    if (!a || a->base != dptr) RETURN(CUDA_ERROR_INVALID_VALUE);
+    free(a->host);
+    a->host = NULL;
+    a->alive = 0;
+    RETURN(CUDA_SUCCESS);
+}
+
+/* Synchronous copies: wait (lock released) for what the legacy default stream waits
+ * for, then copy under the lock after checking the allocation again. */
+static CUresult memcpy_sync(int ep, CUdeviceptr dptr, void *host, size_t n, int to_device) {
+    pthread_mutex_lock(&g_lock);
+    g_calls[ep]++;
+    if (g_forked || !g_initialized) RETURN(CUDA_ERROR_NOT_INITIALIZED);
+    if (n == 0) RETURN(CUDA_SUCCESS);
+    if (!host) RETURN(CUDA_ERROR_INVALID_VALUE);
+    int dev;
+    ctx_t *c = current_ctx(&dev);
+    if (!c) RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    if (c->sticky) RETURN(c->sticky);
+    if (!alloc_lookup(c, dev, dptr, n)) RETURN(CUDA_ERROR_INVALID_VALUE);
+    g_blocking_calls++;
+    uint64_t t = stream_done(c, &c->legacy);
+    pthread_mutex_unlock(&g_lock);
+    wait_until(t, 0);
+    pthread_mutex_lock(&g_lock);
+    alloc_t *a = alloc_lookup(c, dev, dptr, n);
+    if (!a) RETURN(CUDA_ERROR_INVALID_VALUE); /* freed while we waited */
+    if (to_device)
+        memcpy(a->host + (dptr - a->base), host, n);
+    else
+        memcpy(host, a->host + (dptr - a->base), n);
+    RETURN(CUDA_SUCCESS);
+}
+
+SIM_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount) {
+    return memcpy_sync(EP_cuMemcpyHtoD, dstDevice, (void *)srcHost, ByteCount, 1);
+}
+
+SIM_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+    return memcpy_sync(EP_cuMemcpyDtoH, srcDevice, dstHost, ByteCount, 0);
+}
+
 /* ---- cuGetProcAddress ------------------------------------------------------------------ */
 
 SIM_EXPORT CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
@@ -853,6 +980,10 @@ static const struct {
     {"cuEventDestroy", 4000, (void *)cuEventDestroy_v2},
     {"cuEventElapsedTime", 2000, (void *)cuEventElapsedTime},
     {"cuEventElapsedTime", 12080, (void *)cuEventElapsedTime_v2},
+    {"cuMemAlloc", 3020, (void *)cuMemAlloc_v2},
+    {"cuMemFree", 3020, (void *)cuMemFree_v2},
+    {"cuMemcpyHtoD", 3020, (void *)cuMemcpyHtoD_v2},
+    {"cuMemcpyDtoH", 3020, (void *)cuMemcpyDtoH_v2},
 };
 
 static CUresult get_proc(const char *symbol, void **pfn, int cudaVersion, int *status) {
@@ -1005,6 +1136,7 @@ SIM_EXPORT CUresult simcuda_event_time_ns(CUevent he, uint64_t *t) {
  * initialized afterwards if cuInit ever succeeded and there is a device. */
 SIM_EXPORT void simcuda_reset(void) {
     pthread_mutex_lock(&g_lock);
+    free_allocs(-1);
     for (int i = 0; i < SIM_MAX_DEVICES; i++) {
         uint32_t gen = g_ctx[i].gen + 1;
         memset(&g_ctx[i], 0, sizeof g_ctx[i]);

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 
-from brickscope import _otel_context
+from brickscope import _kernel_sources, _otel_context
 from brickscope._clock import EPOCH_OFFSET_NS
 from brickscope._record import KIND_BRICK, KIND_KERNEL, KIND_LAYER, KIND_NAMES, KIND_STEP, Record
 from brickscope.trace._counters import Counters
@@ -39,6 +39,7 @@ from brickscope.trace.attributes import (
     HOST_DURATION_NS,
     HOST_START_NS,
     KERNEL_NAME,
+    KERNEL_SOURCE_HASH,
     LAYER_INDEX,
     SCOPE_KIND,
     STEP_NUMBER,
@@ -58,7 +59,7 @@ class SpanBuilder:
     def __init__(self, tracer_provider: TracerProvider, recorder: Any, counters: Counters) -> None:
         self._recorder = recorder  # its timer: None after a fork
         self._thread_names = recorder.thread_names
-        self._resource = tracer_provider.resource
+        self._provider = tracer_provider  # its resource is read per span: the kernel source registry updates it
         self._id_generator = tracer_provider.id_generator
         self._counts = counters.values
 
@@ -127,6 +128,9 @@ class SpanBuilder:
                 attributes[BRICK_ELEMENTS] = owner._elements
         elif kind == KIND_KERNEL:
             attributes[KERNEL_NAME] = owner._name
+            source = _kernel_sources.hash_of(owner._name)
+            if source is not None:
+                attributes[KERNEL_SOURCE_HASH] = f"{source:016x}"
         if owner._attributes:
             attributes.update(owner._attributes)
         events: tuple[Event, ...] = ()
@@ -155,7 +159,7 @@ class SpanBuilder:
             name=owner._name,
             context=self._span_context(rec),
             parent=parent_context,
-            resource=self._resource,
+            resource=self._provider.resource,
             attributes=attributes,
             events=events,
             kind=SpanKind.INTERNAL,
