@@ -48,6 +48,7 @@ _LAZY = {
     "GpuSyncSpanProcessor": "brickscope.trace",
     "StepSampling": "brickscope.trace",
     "register_kernel_source": "brickscope._kernel_sources",
+    "checksum": "brickscope._checksum",
 }
 
 
@@ -73,6 +74,7 @@ __all__ = [
     "StepSampling",
     "__version__",
     "brick",
+    "checksum",
     "configure",
     "disable",
     "enable",

@@ -30,7 +30,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status
 
-from brickscope import _catalog, _config, _kernel_sources, _record, _scope, _scope_data, _state
+from brickscope import _catalog, _checksum, _config, _kernel_sources, _record, _scope, _scope_data, _state
 from brickscope.trace import attributes as A
 
 
@@ -93,6 +93,7 @@ def reset_globals() -> None:
     _scope._warned.clear()  # noqa: SLF001 - so each test sees its own once-only warnings
     _scope_data._warned.clear()  # noqa: SLF001
     _kernel_sources.reset()
+    _checksum._warned.clear()  # noqa: SLF001
     _config._warned.clear()  # noqa: SLF001
     _record.TOP.set(None)
 

@@ -15,6 +15,8 @@ printed to stdout unless the whole report is ready.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
 from typing import Any
@@ -22,6 +24,7 @@ from typing import Any
 from brickscope.cli import EXIT_BAD_INPUT, EXIT_OK, UsageError
 from brickscope.offline import Progress
 from brickscope.offline._errors import one_line
+from brickscope.analysis._divergence import divergence
 from brickscope.analysis._diff import ALPHA, MIN_CHANGE_PCT, compare
 from brickscope.analysis._engine import analyse, select
 from brickscope.analysis._load import AnalysisError, load
@@ -81,6 +84,11 @@ def register_diff(subparsers: Any) -> None:
         metavar="PCT",
         help=f"smallest median change reported as significant, percent ({MIN_CHANGE_PCT})",
     )
+    parser.add_argument(
+        "--divergence",
+        action="store_true",
+        help="compare output checksums (bs.checksum) instead: name the first diverging kernel; exit 1 if any differs",
+    )
     parser.set_defaults(func=run_diff)
 
 
@@ -88,6 +96,8 @@ def run_diff(args: argparse.Namespace) -> int:
     """Load both runs, compare, print; 1 when a regression exceeds --fail-above."""
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: expected a number between 0 and 1")
+    if args.divergence:
+        return run_divergence(args)
     try:
         base = _filtered(args, [args.base])
         new = _filtered(args, [args.new])
@@ -104,6 +114,22 @@ def run_diff(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
+def run_divergence(args: argparse.Namespace) -> int:
+    """``diff --divergence``: 0 when the checksummed outputs agree, 1 when one differs (or bad input)."""
+    try:
+        result = divergence(_filtered(args, [args.base]), _filtered(args, [args.new]))
+    except AnalysisError as exc:
+        return _fail(args, exc)
+    if args.format == "json":
+        sys.stdout.write(json.dumps({"schema": 1, **dataclasses.asdict(result)}, indent=2) + "\n")
+    else:
+        sys.stdout.write(result.text())
+    if result.first is not None:
+        print(one_line(f"brickscope diff: outputs diverge at {result.first.label()}"), file=sys.stderr)
+        return EXIT_BAD_INPUT
     return EXIT_OK
 
 
