@@ -30,7 +30,7 @@ from brickscope._clock import host_ns
 from brickscope import environment_variables as env
 from brickscope.trace._aggregation import CategoryAggregator
 from brickscope.trace._sampling import StepSampling
-from brickscope.trace._sync import SYNC_MODES, GpuSyncSpanProcessor
+from brickscope.trace._sync import RESOLVERS, SYNC_MODES, GpuSyncSpanProcessor
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +164,7 @@ def configure(
     meter_provider: otel_metrics.MeterProvider | None = None,
     sync_timeout_millis: float = 1000.0,
     step_sampling: StepSampling | str | None = None,
+    resolver: str | None = None,
 ) -> Session:
     """Install brickscope on ``tracer_provider`` (default: the global one) and turn scopes on.
 
@@ -203,6 +204,9 @@ def configure(
             form (``"every=100"``, ``"wait=5,warmup=1,active=3,repeat=2"``); default
             ``BRICKSCOPE_STEP_SAMPLING``, else every step. Metrics count every brick
             whatever is sampled.
+        resolver: ``"inline"`` (default, or ``BRICKSCOPE_RESOLVER``): resolution at sync
+            points on the thread reaching them; ``"thread"``: a resolver thread does
+            it, the application thread only records.
 
     Raises:
         ValueError: an unknown sync mode or clock, a bad bound, ``clock="cuda"``
@@ -225,6 +229,7 @@ def configure(
         _check_bounds(max_pending, max_delay_millis)
         _check_positive("sync_timeout_millis", sync_timeout_millis)
         step_sampling = _step_sampling(step_sampling)
+        resolver = _choice("resolver", resolver, env.BRICKSCOPE_RESOLVER, "inline", RESOLVERS)
         if tracer_provider is not None and not isinstance(tracer_provider, TracerProvider):
             raise TypeError(
                 "brickscope: tracer_provider must be an opentelemetry.sdk.trace.TracerProvider, "
@@ -275,6 +280,7 @@ def configure(
             sync_timeout_millis=sync_timeout_millis,
             step_sampling=step_sampling,
             aggregate_unsampled=aggregate,
+            resolver=resolver,
         )
         built_meter_provider = None
         if meter_provider is None and aggregate and not sdk_disabled:

@@ -25,3 +25,7 @@ BRICKSCOPE_REPORT_MAX_SPANS = "BRICKSCOPE_REPORT_MAX_SPANS"
 #: torch.profiler-like schedule ``wait=W,warmup=U,active=A[,repeat=R][,skip_first=S]``.
 #: Metrics count every brick whatever is sampled.
 BRICKSCOPE_STEP_SAMPLING = "BRICKSCOPE_STEP_SAMPLING"
+
+#: Where scopes are resolved into spans: ``inline`` (default: at sync points, on the
+#: thread reaching them) or ``thread`` (a resolver thread; the app thread only records).
+BRICKSCOPE_RESOLVER = "BRICKSCOPE_RESOLVER"

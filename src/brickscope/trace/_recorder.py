@@ -38,9 +38,11 @@ _top, _set_top = _record.TOP.get, _record.TOP.set
 _current_context, _with_span, _attach = _otel_context.current, _otel_context.with_span, _otel_context.attach
 _get_ident = threading.get_ident
 _new_record = object.__new__
+_NEVER = 1 << 62  # a perf_counter_ns no poll is due before
 BLOCK = 1  # close triggers a sync, waiting for the GPU
 POLL = 2  # close triggers a sync of what is already complete
 LATE = 3  # closed after shutdown: sync it at once
+WAKE = 4  # close wakes the resolver thread (configure(resolver="thread")); nothing else
 #: What closing a scope of each kind (step, layer, brick, kernel) triggers, per sync mode.
 CLOSE_ACTIONS = {
     "immediate": (BLOCK, BLOCK, BLOCK, 0),
@@ -108,6 +110,7 @@ class Recorder:
         self.counters = counters
         self._counts = counters.values
         self.close_actions = CLOSE_ACTIONS[sync_mode]
+        self.wake: Callable[[], None] | None = None  # the resolver thread's, once handed off
         self._step_sampling = step_sampling
         self.aggregate_unsampled = aggregate_unsampled
 
@@ -254,6 +257,9 @@ class Recorder:
                 pending.append(rec)
         action = self.close_actions[rec.owner._kind]
         if action:
+            if action == WAKE:
+                self.wake()
+                return
             if action == LATE:
                 self._counts["closed_after_shutdown"] += 1
             if action == POLL:
@@ -267,6 +273,20 @@ class Recorder:
             self._counts["polls"] += 1
             self._next_poll_ns = end + self._max_delay_ns
             self.sync(block=False)
+
+    def hand_off(self, wake: Callable[[], None]) -> None:
+        """Resolution moves to a resolver thread: the closes that polled now call ``wake``
+        instead, and the time-based poll is the thread's own. Blocking sync points
+        (``immediate``/``per_layer``) and the forced sync past ``max_pending`` stay."""
+        self.wake = wake
+        self.close_actions = tuple(WAKE if action == POLL else action for action in self.close_actions)
+        self._next_poll_ns = _NEVER
+
+    def resolve_inline(self, sync_mode: str) -> None:
+        """Back to resolving on the recording thread (a forked child: the thread is gone)."""
+        self.wake = None
+        self.close_actions = CLOSE_ACTIONS[sync_mode]
+        self._next_poll_ns = perf_counter_ns() + self._max_delay_ns
 
     def count(self, what: str) -> None:
         """Count one event of ``what`` (scopes use it for misuse and internal errors)."""

@@ -30,9 +30,12 @@ from brickscope.trace._resolution import Resolver
 from brickscope.trace._sampling import StepSampling
 from brickscope.trace._sdk import Downstream
 from brickscope.trace._spans import SpanBuilder
+from brickscope.trace._worker import ResolverThread
 
 #: Sync policies: when pending records are resolved into spans.
 SYNC_MODES = tuple(CLOSE_ACTIONS)
+#: Where resolution runs: at sync points on the recording thread, or on a resolver thread.
+RESOLVERS = ("inline", "thread")
 
 
 class GpuSyncSpanProcessor(SpanProcessor):
@@ -66,6 +69,11 @@ class GpuSyncSpanProcessor(SpanProcessor):
         aggregate_unsampled: bricks that produce no span (unsampled trace or step)
             are still timed and resolved for the metrics of the provider's
             CategoryAggregator; False drops them at close (nothing to aggregate into).
+        resolver: ``"inline"`` (resolution at sync points, on the thread that reaches
+            them) or ``"thread"``: a resolver thread resolves, builds and aggregates,
+            woken at each step end and every ``max_delay_millis``; the recording
+            thread only records (``sync()``, flush and shutdown still resolve
+            everything before they return).
 
     Raises:
         ValueError: unknown ``sync_mode`` or a non-positive bound.
@@ -87,6 +95,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         sync_timeout_millis: float = 1000.0,
         step_sampling: StepSampling | None = None,
         aggregate_unsampled: bool = True,
+        resolver: str = "inline",
     ) -> None:
         if not isinstance(tracer_provider, TracerProvider):
             raise TypeError(
@@ -103,6 +112,8 @@ class GpuSyncSpanProcessor(SpanProcessor):
             raise ValueError(f"brickscope: sync_timeout_millis must be > 0, got {sync_timeout_millis!r}")
         if step_sampling is not None and not isinstance(step_sampling, StepSampling):
             raise TypeError(f"brickscope: step_sampling must be a StepSampling, got {type(step_sampling).__name__}")
+        if resolver not in RESOLVERS:
+            raise ValueError(f"brickscope: unknown resolver {resolver!r}; expected one of {RESOLVERS}")
         self.sync_mode = sync_mode
         self.counters = Counters()
         self.recorder = Recorder(
@@ -126,8 +137,18 @@ class GpuSyncSpanProcessor(SpanProcessor):
             self.counters,
         )
         self._shutdown = False
+        self._worker: ResolverThread | None = None
+        if resolver == "thread":
+            self._worker = ResolverThread(self.sync, max_delay_millis / 1e3)
+            self.recorder.hand_off(self._worker.wake)
+            self._worker.start()
         self._provider = tracer_provider
         self._accounts: list[_delivery.Account] = []
+
+    @property
+    def resolver(self) -> str:
+        """``"inline"`` or ``"thread"``."""
+        return "thread" if self._worker is not None else "inline"
 
     @property
     def timer(self) -> Any:
@@ -165,6 +186,8 @@ class GpuSyncSpanProcessor(SpanProcessor):
         if self._shutdown:
             return
         self._shutdown = True
+        if self._worker is not None:  # its batch in progress ends first; the rest is resolved here
+            self._worker.stop(timeout_millis / 1e3)
         # Scopes still open now (brickscope reconfigured or shut down mid-scope) are
         # resolved one by one as they close, into the provider, instead of waiting
         # for a sync point that will not come.
@@ -207,3 +230,6 @@ class GpuSyncSpanProcessor(SpanProcessor):
         does not survive fork); the child times on the host clock."""
         self.recorder.forget_after_fork()
         self._resolver.forget_after_fork()
+        if self._worker is not None:  # threads do not survive fork: resolve inline
+            self._worker = None
+            self.recorder.resolve_inline(self.sync_mode)

@@ -1,0 +1,64 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The resolver thread: resolution, span building and aggregation off the application thread.
+
+With ``configure(resolver="thread")`` the application thread only records: a step's
+end wakes this thread (one ``Event.set``), which also polls every ``interval`` on
+its own, and resolves whatever is complete under the resolver's lock, exactly as
+an inline sync point would. ``sync()``, ``force_flush``, shutdown and exit take the
+same lock, so they wait for a batch in progress and then resolve the rest
+themselves: nothing is left pending when they return. Memory stays bounded by
+``max_pending``: past it the recording thread resolves (a forced sync, counted),
+as inline mode does; nothing is dropped.
+
+Example::
+
+    worker = ResolverThread(processor.sync, interval_s=0.05)
+    worker.start()
+    ...
+    worker.stop()      # joins; the caller then flushes what is left
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+#: The thread's name (``threading.current_thread().name`` in processors it feeds).
+THREAD_NAME = "brickscope-resolver"
+
+
+class ResolverThread:
+    """A daemon thread calling ``sync(block=False)`` when woken and every ``interval_s``."""
+
+    def __init__(self, sync: Callable[..., bool], interval_s: float) -> None:
+        self._sync = sync
+        self._interval_s = interval_s
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.wake = self._wake.set  # bound once: the recorder calls it at each step end
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop after the batch in progress; joins (up to ``timeout_s``). Idempotent."""
+        self._stopping = True
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        wait, clear, sync = self._wake.wait, self._wake.clear, self._sync
+        while not self._stopping:
+            wait(self._interval_s)
+            clear()
+            if self._stopping:
+                return
+            sync(block=False)  # never raises

@@ -1,0 +1,156 @@
+# SPDX-License-Identifier: Apache-2.0
+"""configure(resolver="thread"): resolution off the application thread, nothing lost or left pending.
+
+The tests sequence the two threads with events (a processor that holds the resolver
+thread inside a batch until released), never with sleeps or time windows.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+
+import brickscope as bs
+from brickscope import environment_variables as env
+from brickscope.testing import capture_spans
+from brickscope.trace import attributes as A
+from brickscope.trace._worker import THREAD_NAME
+
+WAIT_S = 30  # a bound on a hang, not a speed expectation
+
+
+class Gate(SpanProcessor):
+    """Notes which thread delivered each span; optionally holds the first delivery until released."""
+
+    def __init__(self, hold: bool) -> None:
+        self.hold = hold
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.threads: list[str] = []
+        self.seen = threading.Event()
+        self.expect = 0
+
+    def on_end(self, span) -> None:  # noqa: ANN001
+        self.threads.append(threading.current_thread().name)
+        if self.hold and not self.entered.is_set():
+            self.entered.set()
+            assert self.release.wait(WAIT_S)
+        if len(self.threads) >= self.expect:
+            self.seen.set()
+
+
+def record_step(number: int, bricks: int) -> None:
+    with bs.step(number):
+        for index in range(bricks):
+            with bs.brick("rms_norm", elements=index):
+                pass
+
+
+class TestResolverThread:
+    def test_a_step_end_hands_resolution_to_the_thread(self):
+        """The application thread records; the step end wakes the resolver thread, which emits."""
+        provider = TracerProvider()
+        gate = Gate(hold=False)
+        gate.expect = 4
+        provider.add_span_processor(gate)
+        with capture_spans(provider, resolver="thread") as captured:
+            assert captured.session.sync_processor.resolver == "thread"
+            record_step(0, 3)
+            assert gate.seen.wait(WAIT_S)
+            assert set(gate.threads) == {THREAD_NAME}
+            assert captured.session.stats()["pending"] == 0
+            assert len(captured.spans) == 4
+
+    def test_sync_while_the_thread_is_mid_batch_returns_with_nothing_pending(self):
+        provider = TracerProvider()
+        gate = Gate(hold=True)
+        provider.add_span_processor(gate)
+        with capture_spans(provider, resolver="thread") as captured:
+            record_step(0, 5)  # 6 spans; the thread takes them and stops inside the first
+            assert gate.entered.wait(WAIT_S)
+            record_step(1, 7)  # 8 more recorded while the thread is held
+            assert captured.session.stats()["pending"] >= 8
+            synced = []
+            syncer = threading.Thread(target=lambda: synced.append(captured.session.sync()))
+            syncer.start()
+            gate.release.set()
+            syncer.join(WAIT_S)
+            assert synced == [True]
+            assert captured.session.stats()["pending"] == 0
+            assert captured.session.stats()["spans_emitted"] == 14
+            assert len(captured.spans) == 14
+
+    def test_shutdown_with_the_thread_busy_loses_nothing(self):
+        """Shut down while the resolver thread is held inside a batch: every scope recorded
+        before is delivered, none left pending, the thread has stopped."""
+        provider = TracerProvider()
+        gate = Gate(hold=True)
+        provider.add_span_processor(gate)
+        reader = InMemoryMetricReader()
+        with capture_spans(
+            provider, resolver="thread", meter_provider=MeterProvider(metric_readers=[reader])
+        ) as captured:
+            session = captured.session
+            record_step(0, 5)
+            assert gate.entered.wait(WAIT_S)
+            for number in range(1, 4):
+                record_step(number, 10)
+            stopper = threading.Thread(target=session.shutdown)
+            stopper.start()
+            gate.release.set()
+            stopper.join(WAIT_S)
+            assert not stopper.is_alive()
+            stats = session.stats()
+            spans = captured.exporter.get_finished_spans()
+            assert not session.sync_processor._worker.alive  # noqa: SLF001
+        assert stats["pending"] == 0
+        assert stats["spans_emitted"] == 6 + 3 * 11
+        assert len(spans) == 6 + 3 * 11
+        assert sorted(s.attributes[A.STEP_NUMBER] for s in spans if s.name == "step") == [0, 1, 2, 3]
+        data = reader.get_metrics_data()
+        (point,) = [
+            p
+            for rm in data.resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == A.METRIC_BRICK_DURATION
+            for p in m.data.data_points
+        ]
+        assert point.count == 5 + 3 * 10
+
+    def test_unsampled_steps_are_folded_by_the_thread_too(self):
+        """Under step sampling the thread folds unsampled bricks into the metrics: exact counts."""
+        reader = InMemoryMetricReader()
+        with capture_spans(
+            resolver="thread", step_sampling="every=2", meter_provider=MeterProvider(metric_readers=[reader])
+        ) as captured:
+            for number in range(5):
+                record_step(number, 4)
+            captured.session.sync()
+            assert captured.session.aggregator.unsampled_bricks == 2 * 4
+            steps = sorted(s.attributes[A.STEP_NUMBER] for s in captured.by_name("step"))
+        assert steps == [0, 2, 4]
+        metrics = {
+            m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+        }
+        (point,) = metrics[A.METRIC_BRICK_DURATION].data.data_points
+        assert point.count == 20
+        (elements,) = metrics[A.METRIC_BRICK_ELEMENTS].data.data_points
+        assert elements.value == 5 * (0 + 1 + 2 + 3)
+
+    def test_environment_variable_selects_it_and_bad_values_fail_at_set_up(self, monkeypatch):
+        monkeypatch.setenv(env.BRICKSCOPE_RESOLVER, "thread")
+        with capture_spans() as captured:
+            assert captured.session.sync_processor.resolver == "thread"
+        monkeypatch.setenv(env.BRICKSCOPE_RESOLVER, "background")
+        with pytest.raises(ValueError, match=env.BRICKSCOPE_RESOLVER):
+            bs.configure(TracerProvider(), clock="host")
+
+    def test_inline_is_the_default(self, monkeypatch):
+        monkeypatch.delenv(env.BRICKSCOPE_RESOLVER, raising=False)
+        with capture_spans() as captured:
+            assert captured.session.sync_processor.resolver == "inline"
