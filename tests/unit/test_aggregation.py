@@ -177,3 +177,35 @@ class TestHistogramBuckets:
         assert point.explicit_bounds[0] == pytest.approx(1e-6)
         index = next(i for i, count in enumerate(point.bucket_counts) if count)
         assert 1e-3 <= point.explicit_bounds[index - 1] and point.explicit_bounds[index] <= 1e-2
+
+
+class TestOneCategoryRule:
+    def test_a_brick_recorded_under_two_categories_is_credited_alike_everywhere(self):
+        """Report rows, category table, aggregator views and metric labels agree: each span
+        counts for the category it was recorded with."""
+        from opentelemetry.sdk.trace import TracerProvider as _Provider
+
+        _bs = bs
+        reader = InMemoryMetricReader()
+        session = _bs.configure(_Provider(), clock="host", meter_provider=MeterProvider(metric_readers=[reader]))
+        with _bs.step(0):
+            for category in ("alpha", "beta", "beta"):
+                with _bs.brick("mix", category=category):
+                    pass
+        report = json.loads(session.report("json"))
+        aggregator = session.aggregator
+        metric_counts = {
+            dict(point.attributes)["brickscope.brick.category"]: point.count
+            for resource in reader.get_metrics_data().resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            if metric.name == "brickscope.brick.duration"
+            for point in metric.data.data_points
+        }
+        assert metric_counts == {"alpha": 1, "beta": 2}
+        assert {name: stat.count for name, stat in aggregator.categories.items()} == {"alpha": 1, "beta": 2}
+        assert aggregator.brick_category == {"mix": ("alpha", "beta")}
+        assert aggregator.bricks["mix"].count == 3
+        rows = {op["category"]: op["count"] for op in report["operations"] if op["name"] == "mix"}
+        assert rows == {"alpha": 1, "beta": 2}
+        assert {c["name"]: c["count"] for c in report["categories"]} == {"alpha": 1, "beta": 2}

@@ -208,12 +208,32 @@ class TestExport:
         assert len([r for r in caplog.records if "cannot write" in r.message]) == 1
 
     def test_empty_gpu_flamegraph_warns_at_shutdown(self, tmp_path, make_span, caplog):
-        """If no span carried GPU time, shutdown says so and suggests host weighting."""
-        exporter = FlamegraphSpanExporter(tmp_path / "out.folded")
+        """If no span carried GPU time with weight='gpu' asked for, shutdown says so and
+        suggests host weighting."""
+        exporter = FlamegraphSpanExporter(tmp_path / "out.folded", weight="gpu")
         exporter.export([make_span("host_only", host=(0, 10))])
         with caplog.at_level(logging.WARNING, logger=LOGGER):
             exporter.shutdown()
         assert any("weight='host'" in r.message for r in caplog.records)
+
+    def test_default_weight_follows_a_host_clock_session(self, tmp_path, make_span, monkeypatch):
+        """No weight given (OTEL_TRACES_EXPORTER=flamegraph on a machine without a GPU): the
+        spans say they were timed on the host clock, so they are weighted by host time
+        instead of giving an empty file."""
+        monkeypatch.delenv("BRICKSCOPE_FLAMEGRAPH_WEIGHT", raising=False)
+        path = tmp_path / "out.folded"
+        exporter = FlamegraphSpanExporter(path, unit="ns")
+        exporter.export([make_span("host_only", host=(0, 10))])
+        exporter.shutdown()
+        assert _lines(path) == {"svc;host_only": 10}
+
+    def test_default_weight_stays_gpu_when_spans_are_gpu_timed(self, tmp_path, make_span, monkeypatch):
+        monkeypatch.delenv("BRICKSCOPE_FLAMEGRAPH_WEIGHT", raising=False)
+        path = tmp_path / "out.folded"
+        exporter = FlamegraphSpanExporter(path, unit="ns")
+        exporter.export([make_span("kernel_host", host=(0, 50)), make_span("brick", gpu=(0, 7))])
+        exporter.shutdown()
+        assert _lines(path) == {"svc;brick": 7}
 
     def test_context_manager_shuts_down(self, tmp_path, make_span):
         """Leaving a with block writes the files."""

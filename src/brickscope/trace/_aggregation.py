@@ -192,7 +192,8 @@ class CategoryAggregator(SpanProcessor):
 
     @property
     def bricks(self) -> dict[str, Stat]:
-        """Per-brick self-time aggregates: the engine's per-operation figures."""
+        """Per-brick-name self-time aggregates (every category the name was recorded with
+        summed; per ``(name, category)`` figures are in :meth:`report` and the metrics)."""
         return self._stats("brick")
 
     @property
@@ -201,9 +202,18 @@ class CategoryAggregator(SpanProcessor):
         return self._stats("category")
 
     @property
-    def brick_category(self) -> dict[str, str]:
-        """Each brick's category."""
-        return {s.name: s.category for s in self._operations("brick")}
+    def brick_category(self) -> dict[str, tuple[str, ...]]:
+        """The categories each brick name was recorded with.
+
+        One rule everywhere (report, metrics, :attr:`categories`): a span is credited to
+        the category its scope was recorded with, so a name used under two categories is
+        two operations, ``(name, category)``, and usually has one category here.
+        """
+        found: dict[str, tuple[str, ...]] = {}
+        for op in self._operations("brick"):
+            if op.kind == "brick" and op.category not in found.get(op.name, ()):
+                found[op.name] = found.get(op.name, ()) + (op.category,)
+        return found
 
     @property
     def clocks(self) -> set[str]:

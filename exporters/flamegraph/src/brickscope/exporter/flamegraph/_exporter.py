@@ -30,6 +30,7 @@ from brickscope.exporter.flamegraph._folded import UNITS, folded_lines, write_fo
 from brickscope.exporter.flamegraph._speedscope import speedscope_document
 from brickscope.exporter.flamegraph._stacks import DEFAULT_LATE_WINDOW, StackAggregator, Stats
 from brickscope.exporter.flamegraph._weights import Weight
+from brickscope.trace import attributes as A
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
@@ -107,6 +108,9 @@ class FlamegraphSpanExporter(SpanExporter):
             path = os.environ.get(env.BRICKSCOPE_FLAMEGRAPH_PATH) or DEFAULT_PATH
         if speedscope_path is None:
             speedscope_path = os.environ.get(env.BRICKSCOPE_FLAMEGRAPH_SPEEDSCOPE_PATH) or None
+        # Default weight: GPU time, or host time when the first brickscope spans say they
+        # were timed on the host clock (a session has one clock): never an empty file.
+        self._auto_weight = weight is None and not os.environ.get(env.BRICKSCOPE_FLAMEGRAPH_WEIGHT)
         self._weight = Weight.parse(
             weight
             if weight is not None
@@ -128,9 +132,8 @@ class FlamegraphSpanExporter(SpanExporter):
         )
         if self._speedscope_path == self._path:
             raise ValueError(f"path and speedscope_path are the same file: {self._path}")
-        self._stacks = StackAggregator(
-            self._weight, device_frames=device_frames, late_window=late_window
-        )
+        self._stack_options = {"device_frames": device_frames, "late_window": late_window}
+        self._stacks = StackAggregator(self._weight, **self._stack_options)
         self._write_interval_s = (
             None if write_interval_millis is None else write_interval_millis / 1000
         )
@@ -168,6 +171,8 @@ class FlamegraphSpanExporter(SpanExporter):
                 return SpanExportResult.FAILURE
             ok = True
             self._dirty = self._dirty or bool(spans)
+            if self._auto_weight:
+                self._choose_weight(spans)
             for span in spans:
                 try:
                     self._stacks.add(span)
@@ -181,6 +186,23 @@ class FlamegraphSpanExporter(SpanExporter):
             if interval is not None and time.monotonic() - self._last_write >= interval:
                 ok = self._write() and ok
         return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+    def _choose_weight(self, spans: Sequence[ReadableSpan]) -> None:
+        """With the default weight: the first batch carrying brickscope clocks decides:
+        any GPU-timed span keeps ``gpu``; all on the host clock switches to ``host``."""
+        clocks = set()
+        for span in spans:
+            try:
+                clocks.add((span.attributes or {}).get(A.CLOCK))
+            except Exception:  # a broken span: folding it says so
+                continue
+        clocks.discard(None)
+        if not clocks:
+            return
+        self._auto_weight = False
+        if A.CLOCK_CUDA not in clocks and self._stacks.stats.spans == 0:
+            self._weight = Weight.parse("host")
+            self._stacks = StackAggregator(self._weight, **self._stack_options)
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Write both files now. Returns False if writing failed (logged)."""
