@@ -195,7 +195,9 @@ class _Discovery:
                     root, None, self.settings.get("layers", "auto"), self.settings["skip"], self.settings.get("max_depth")
                 )
                 plan = [m for m in plan if not self._instrument.is_instrumented(m.module)]
-                handle = self._instrument.apply_plan(plan, "current", self.domain, self.settings.get("backward", False))
+                handle = self._instrument.apply_plan(
+                    plan, "current", self.domain, self.settings.get("backward", False), automatic=True
+                )
                 self.roots.append(handle)
             except Exception:  # never into the application: it runs on uninstrumented
                 if not self.failed:

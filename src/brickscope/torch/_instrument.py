@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -38,6 +39,7 @@ class Instrumentation:
         self.modules = modules
         self._swapped = swapped
         self._backward = backward
+        self.automatic = False  # made by the zero-code instrumentor
 
     def remove(self) -> None:
         """Give every instrumented module its own class back. Idempotent.
@@ -115,7 +117,10 @@ def instrument(
         stream_handle(stream)  # TypeError/ValueError now, not at the first call
     plan = make_plan(model, bricks, layers, skip, max_depth)
     for mapped in plan:
-        if is_instrumented(mapped.module):
+        owner = _owner(mapped.module)
+        if owner is not None and owner.automatic:
+            owner.remove()  # the zero-code instrumentor's: the program's own settings win
+        elif is_instrumented(mapped.module):
             raise ValueError(
                 f"brickscope.torch: module {mapped.path or type(mapped.module).__name__!r} is already "
                 "instrumented; remove() the first instrumentation before instrumenting again"
@@ -125,8 +130,13 @@ def instrument(
     return apply_plan(plan, stream, _nvtx.load_domain(nvtx), backward)
 
 
-def apply_plan(plan: list[Mapped], stream: Any, domain: Any, backward: bool = False) -> Instrumentation:
-    """Give each planned module its instrumented class (arguments already checked)."""
+def apply_plan(
+    plan: list[Mapped], stream: Any, domain: Any, backward: bool = False, automatic: bool = False
+) -> Instrumentation:
+    """Give each planned module its instrumented class (arguments already checked).
+
+    ``automatic``: made by the zero-code instrumentor, which an explicit ``instrument()`` replaces.
+    """
     swapped: list[tuple[nn.Module, type, type]] = []
     backward_bricks = BackwardBricks() if backward else None
     for mapped in plan:
@@ -140,7 +150,17 @@ def apply_plan(plan: list[Mapped], stream: Any, domain: Any, backward: bool = Fa
         swapped.append((mapped.module, original, cls))
         if backward_bricks is not None and mapped.kind == "brick" and not isinstance(mapped.module, _INDEX_INPUTS):
             backward_bricks.add(mapped)
-    return Instrumentation(tuple(plan), swapped, backward_bricks)
+    handle = Instrumentation(tuple(plan), swapped, backward_bricks)
+    handle.automatic = automatic
+    for _, _, cls in swapped:
+        cls._brickscope_owner = weakref.ref(handle)
+    return handle
+
+
+def _owner(module: nn.Module) -> Instrumentation | None:
+    """The live handle that instrumented ``module``, if any."""
+    ref = getattr(type(module), "_brickscope_owner", None)
+    return ref() if ref is not None else None
 
 
 def is_instrumented(module: nn.Module) -> bool:
