@@ -61,6 +61,21 @@ class TestOpenSpans:
         with pytest.raises(TraceFileError, match=r"notes\.txt: not a trace brickscope can read.*starts with 68 65"):
             open_spans(path)
 
+    def test_a_pipe_is_read_too(self, tmp_path):
+        """Process substitution (``brickscope report <(zcat run.jsonl.gz)``) gives a pipe: no seeking."""
+        import os
+        import threading
+
+        data = gzip.compress(_jsonl(_request("a", "b")))
+        pipe = tmp_path / "pipe"
+        os.mkfifo(pipe)
+        writer = threading.Thread(target=lambda: pipe.write_bytes(data))
+        writer.start()
+        try:
+            assert [s.name for s in open_spans(pipe)] == ["a", "b"]
+        finally:
+            writer.join(timeout=30)
+
     def test_empty_file(self, tmp_path):
         path = tmp_path / "empty.jsonl"
         path.write_bytes(b"")

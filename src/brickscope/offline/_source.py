@@ -63,9 +63,9 @@ class TraceSource:
         self._reported = -1
         self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
         try:
-            self.total = os.fstat(self._file.fileno()).st_size
-            self.compressed = self._file.read(2) == GZIP_MAGIC
-            self._file.seek(0)
+            self.total = os.fstat(self._file.fileno()).st_size  # 0 for a pipe
+            # peek, not read and seek back: a pipe (``<(zcat run.jsonl.gz)``) cannot seek.
+            self.compressed = self._file.peek(2)[:2] == GZIP_MAGIC
             if self.compressed:
                 limit = max(MIN_GZIP_LIMIT_BYTES, MAX_GZIP_RATIO * self.total)
                 raw = _Gunzip(self, self._file, limit)
