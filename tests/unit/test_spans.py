@@ -145,7 +145,8 @@ class TestAttributes:
         assert spans["flash_decode"].attributes[A.BRICK_CATEGORY] == "attention"
 
     def test_host_timing_measures_the_body(self):
-        """A brick around a 20 ms sleep lasts 20 ms on the host clock (within 15 ms of scheduling slack)."""
+        """A brick around a 20 ms sleep lasts at least 20 ms on the host clock, and no longer than the
+        interval measured around it (however loaded the machine: no fixed upper bound)."""
         with capture_spans() as captured:
             before = time.time_ns()
             with bs.brick("sampling"):
@@ -153,7 +154,7 @@ class TestAttributes:
             after = time.time_ns()
             (span,) = captured.spans
         duration = span.end_time - span.start_time
-        assert 20_000_000 <= duration <= 35_000_000
+        assert duration >= 20_000_000
         assert before - 1_000_000 <= span.start_time <= span.end_time <= after + 1_000_000
 
 
