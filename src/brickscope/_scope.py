@@ -112,6 +112,7 @@ class _Scope:
     _kind = KIND_BRICK
     _propagates = True
     _host_only = False  # True: never GPU-timed (brickscope.torch, during CUDA graph capture)
+    _external = False  # True: bs.record_gpu's interval measured elsewhere (see _ExternalGpu)
 
     # __enter__/__exit__ inline _enter/_exit: a call less on the hottest path.
     def __enter__(self) -> _Scope:
@@ -579,6 +580,76 @@ def sync(timeout_millis: float | None = None) -> bool:
     if recorder is None:
         return True
     return recorder.sync(block=True, timeout_millis=timeout_millis)
+
+
+class _ExternalGpuBrick(Brick):
+    """A brick whose GPU interval was measured elsewhere (``record_gpu``)."""
+
+    __slots__ = ("_device_id", "_stream_id")
+    _external = True
+    _host_only = True  # no CUDA events of ours
+    _propagates = False
+
+
+class _ExternalGpuKernel(Kernel):
+    """A kernel whose GPU interval was measured elsewhere (``record_gpu(kind="kernel")``)."""
+
+    __slots__ = ("_device_id", "_stream_id")
+    _external = True
+    _host_only = True
+    _propagates = False
+
+
+def record_gpu(
+    name: str,
+    start_ns: int,
+    end_ns: int,
+    *,
+    device: int = 0,
+    stream: int = 0,
+    kind: str = "brick",
+    category: str | None = None,
+    elements: int = 0,
+    **attributes: Any,
+) -> None:
+    """Record GPU work timed by other means (Vulkan or Metal timestamp queries, a vendor
+    tool, a benchmark harness) as a GPU-timed span under the current scope.
+
+    The span is a brick (or ``kind="kernel"``) with clock ``gpu``, the given interval as
+    its start and end, on GPU ``device``'s ``stream`` track of a ``.pftrace`` like a
+    CUDA-timed brick, with the call's host time as its launch side. Times are
+    nanoseconds since the Unix epoch on the host's timeline: map device timestamps onto
+    it first (e.g. Vulkan's calibrated timestamps). Does nothing while brickscope is off.
+
+    Raises:
+        TypeError, ValueError: a malformed argument (at the call).
+
+    .. versionadded:: 0.2.0
+    """
+    for value, what in ((start_ns, "start_ns"), (end_ns, "end_ns"), (device, "device"), (stream, "stream")):
+        if type(value) is not int:
+            raise TypeError(f"brickscope: record_gpu {what} must be an int, got {type(value).__name__}")
+    if start_ns <= 0 or end_ns < start_ns:
+        raise ValueError(f"brickscope: record_gpu needs 0 < start_ns <= end_ns, got {start_ns}, {end_ns}")
+    if device < 0 or stream < 0:
+        raise ValueError("brickscope: record_gpu device and stream must be >= 0")
+    if kind == "brick":
+        owner: Any = _ExternalGpuBrick(name, category, elements, **attributes)
+    elif kind == "kernel":
+        owner = _ExternalGpuKernel(name, **attributes)
+    else:
+        raise ValueError(f"brickscope: record_gpu kind must be 'brick' or 'kernel', got {kind!r}")
+    owner._device_id = device
+    owner._stream_id = stream
+    recorder = _state.recorder
+    if recorder is None or _tracing():
+        return
+    try:
+        rec = recorder.open(owner)
+        rec.gpu_first, rec.gpu_last = start_ns, end_ns
+        recorder.close(rec, None)
+    except Exception:
+        _enter_failed(recorder)
 
 
 def event(name: str, **attributes: Any) -> None:

@@ -277,3 +277,24 @@ class TestScopeData:
             brick = next(s for s in spans if s.name == "sampling")
         assert brick.attributes["sampler"] == "top_p"
         assert [(e.name, dict(e.attributes)) for e in brick.events] == [("eos", {"token": 2}), ("cache.lookup", {"hit": True})]
+
+    def test_record_gpu_is_drawn_on_the_gpu_tracks_like_a_cuda_brick(self, tmp_path):
+        """bs.record_gpu: a slice on device 1's stream 7 track at the given times, a flow from its call site."""
+        import brickscope as bs
+        from brickscope._clock import host_ns
+        from brickscope.testing import capture_spans
+
+        path = tmp_path / "t.pftrace"
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(PerfettoSpanExporter(path)))
+        with capture_spans(provider):
+            with bs.step(0), bs.brick("frame"):
+                start = host_ns() + 1_000_000  # the work ran after the call recorded it (a queued submit)
+                bs.record_gpu("vk_blit", start, start + 4_000, device=1, stream=7)
+        decoded = decode_trace(path)
+        gpu = [s for s in decoded.slices if s.name == "vk_blit" and decoded.track_kind(s.track) == "gpu"]
+        launch = [s for s in decoded.slices if s.name == "vk_blit" and decoded.track_kind(s.track) == "thread"]
+        assert len(gpu) == 1 and len(launch) == 1
+        assert (gpu[0].ts, gpu[0].dur) == (start, 4_000)
+        assert launch[0].flow_ids and launch[0].flow_ids == gpu[0].terminating_flow_ids
+        assert "7" in decoded.descriptors[gpu[0].track].name and not decoded.errors

@@ -216,9 +216,15 @@ def _finish(root: Node, step: int | None, rank: str) -> StepGraph:
     return StepGraph(step if step is None or step >= 0 else None, rank, root, path)
 
 
+def _timeline(clock: str) -> str:
+    """GPU clocks (CUDA events, ``record_gpu``) share the GPU timeline; the host clock has its own."""
+    return "host" if clock == "host" else "gpu"
+
+
 def _timed_children(node: Node) -> list[Node]:
-    """The children on the node's own timeline (same clock)."""
-    return [c for c in node.children if c.clock == node.clock]
+    """The children on the node's own timeline."""
+    own = _timeline(node.clock)
+    return [c for c in node.children if _timeline(c.clock) == own]
 
 
 def _lanes(children: Sequence[Node]) -> dict[str, list[Node]]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from brickscope.analysis._intervals import concat, union_ns
 from brickscope.analysis._model import Balance, LaneStats, StepStats, Throughput
-from brickscope.analysis._table import CLOCK_CUDA_CODE, KIND_BRICK, KIND_KERNEL, KIND_STEP, Table
+from brickscope.analysis._table import CLOCK_CUDA_CODE, CLOCK_GPU_CODE, KIND_BRICK, KIND_KERNEL, KIND_STEP, Table
 
 
 def devices(table: Table) -> tuple[LaneStats, ...]:
@@ -56,7 +56,7 @@ def ranks(table: Table) -> tuple[LaneStats, ...]:
     be = table.backend
     n_ranks = len(table.ranks)
     work = table.select(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL)))
-    is_cuda = be.mask_in(work["clock"], (CLOCK_CUDA_CODE,))
+    is_cuda = be.mask_in(work["clock"], (CLOCK_CUDA_CODE, CLOCK_GPU_CODE))
     gpu_rows = be.group_count(be.compress(work["rank"], is_cuda), n_ranks)
     # per rank, the clock of its work: CUDA when it has GPU-timed work
     rank_uses_cuda = be.lookup([bool(c) for c in gpu_rows], work["rank"], "bool")

@@ -38,8 +38,8 @@ KINDS = ("other", "step", "layer", "brick", "kernel")
 KIND_OTHER, KIND_STEP, KIND_LAYER, KIND_BRICK, KIND_KERNEL = range(5)
 _KIND_CODES = {name: code for code, name in enumerate(KINDS)}
 #: Clocks, by code: the ``clock`` column.
-CLOCKS = ("host", "cuda")
-CLOCK_HOST_CODE, CLOCK_CUDA_CODE = 0, 1
+CLOCKS = ("host", "cuda", "gpu")  # "gpu": measured elsewhere (bs.record_gpu)
+CLOCK_HOST_CODE, CLOCK_CUDA_CODE, CLOCK_GPU_CODE = 0, 1, 2
 
 #: Column name -> dtype. Codes and "absent" markers: -1 where a row has no value
 #: (no step, no device...); 0 for absent amounts (elements, bytes, flops, tokens).
@@ -405,8 +405,8 @@ class TableBuilder:
             entry = self._resource_entry(resource)
         device = stream = -1
         clock = CLOCK_HOST_CODE
-        if clock_name == A.CLOCK_CUDA:
-            clock = CLOCK_CUDA_CODE
+        if clock_name == A.CLOCK_CUDA or clock_name == A.CLOCK_GPU:
+            clock = CLOCK_CUDA_CODE if clock_name == A.CLOCK_CUDA else CLOCK_GPU_CODE
             if ordinal is not None:
                 lane = (entry[1], entry[2], ordinal, handle or 0)
                 codes = self._lanes.get(lane)

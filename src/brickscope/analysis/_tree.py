@@ -113,7 +113,7 @@ def _figures(node: Node, parent: Node | None, steps: int) -> str:
         parts.append(f"self {_ms(node.self_ns)}")
     if node.elements:
         parts.append(f"{node.elements} el")
-    if parent is not None and node.clock != parent.clock:
+    if parent is not None and (node.clock == "host") != (parent.clock == "host"):
         parts.append(f"{node.clock} clock, off the timeline")
     elif node.slack_ns:
         parts.append(f"slack {_ms(node.slack_ns)}")

@@ -31,6 +31,7 @@ from brickscope.trace.attributes import (
     BRICK_SELF_DURATION_NS,
     CLOCK,
     CLOCK_CUDA,
+    CLOCK_GPU,
     CLOCK_HOST,
     GPU_DEVICE_ID,
     GPU_DURATION_NS,
@@ -103,6 +104,13 @@ class SpanBuilder:
                 attributes[GPU_DURATION_NS] = end - start
                 attributes[GPU_DEVICE_ID] = rec.stream.device
                 attributes[GPU_STREAM_ID] = rec.stream.handle
+        elif owner._external:
+            # bs.record_gpu: a GPU interval measured elsewhere, on the host epoch timeline.
+            start, end = rec.gpu_first, rec.gpu_last
+            clock = CLOCK_GPU
+            attributes[GPU_DURATION_NS] = end - start
+            attributes[GPU_DEVICE_ID] = owner._device_id
+            attributes[GPU_STREAM_ID] = owner._stream_id
         elif rec.gpu_first:
             # A step or layer: the extent of the GPU work timed inside it.
             start, end = rec.gpu_first, rec.gpu_last

@@ -96,6 +96,11 @@ OUTPUT_CHECKSUM_BYTES = "brickscope.output.checksum_bytes"
 CLOCK = "brickscope.clock"
 CLOCK_HOST = "host"
 CLOCK_CUDA = "cuda"
+#: A GPU clock brickscope did not read itself: an interval measured elsewhere (Vulkan or
+#: Metal timestamp queries, a vendor tool) and given with ``bs.record_gpu``.
+CLOCK_GPU = "gpu"
+#: The clocks of GPU-timed spans (drawn on GPU stream tracks, analysed as GPU work).
+GPU_CLOCKS = frozenset((CLOCK_CUDA, CLOCK_GPU))
 
 #: int: host-clock start of the scope, ns since the Unix epoch. On every span.
 #: For host-timed spans it equals the span's start time; for GPU-timed spans the

@@ -376,7 +376,7 @@ class StackAggregator:
 
     def _gpu_timeline(self, attributes: Any, service: int) -> int | None:
         stream = attributes.get(A.GPU_STREAM_ID)
-        if attributes.get(A.CLOCK) != A.CLOCK_CUDA or type(stream) is not int:
+        if attributes.get(A.CLOCK) not in A.GPU_CLOCKS or type(stream) is not int:
             return None
         device = attributes.get(A.GPU_DEVICE_ID)
         return self._intern_timeline(("gpu", self._frames[service], device, stream))

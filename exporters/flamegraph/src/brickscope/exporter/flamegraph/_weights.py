@@ -11,7 +11,7 @@ Example::
 
 Three kinds of weight, one per flamegraph:
 
-- ``"gpu"``: GPU-timed spans (``brickscope.clock == "cuda"`` with
+- ``"gpu"``: GPU-timed spans (``brickscope.clock`` ``"cuda"`` or ``"gpu"``, with
   ``brickscope.gpu.duration_ns``); the extent is the GPU interval
   ``[start_time, start_time + gpu.duration_ns]``.
 - ``"host"``: the host interval ``[brickscope.host.start_ns, + host.duration_ns]``
@@ -151,7 +151,7 @@ class Weight:
         if self.name == GPU:
             duration = attributes.get(A.GPU_DURATION_NS)
             start = span.start_time
-            if attributes.get(A.CLOCK) != A.CLOCK_CUDA or type(duration) is not int:
+            if attributes.get(A.CLOCK) not in A.GPU_CLOCKS or type(duration) is not int:
                 return None
             if duration < 0 or start is None:
                 return None
@@ -160,7 +160,7 @@ class Weight:
             start, duration = attributes.get(A.HOST_START_NS), attributes.get(A.HOST_DURATION_NS)
             if type(start) is int and type(duration) is int and duration >= 0:
                 return (start, start + duration)
-            if attributes.get(A.CLOCK) == A.CLOCK_CUDA:
+            if attributes.get(A.CLOCK) in A.GPU_CLOCKS:
                 return None  # its start/end are GPU times: never mixed into host time
             if span.start_time is None or span.end_time is None or span.end_time < span.start_time:
                 return None

@@ -435,7 +435,7 @@ class TraceWriter:
         process = self._process(span.resource)
         category = _category(span, attributes)
         device = attributes.get(A.GPU_DEVICE_ID)
-        if attributes.get(A.CLOCK) == A.CLOCK_CUDA and device is not None:
+        if attributes.get(A.CLOCK) in A.GPU_CLOCKS and device is not None:
             track = self._stream_track(process, device, attributes.get(A.GPU_STREAM_ID))
             main = _Slice(start, end, track, span, True)
             host_start = attributes.get(A.HOST_START_NS)
