@@ -211,3 +211,26 @@ def test_report_of_the_quickstart_trace(tmp_path, capsys):
     assert counts[("brick", "lm_head")] == 2 and counts[("brick", "sampling")] == 2
     assert data["throughput"]["tokens"] == 2 and len(data["throughput"]["steps"]) == 2
     assert data["clocks"] == ["host"] and data["devices"] == []
+
+
+def test_progress_line_only_on_a_terminal(files, monkeypatch, capsys):
+    """On a terminal, reading shows a progress line on stderr (stdout stays the report alone)."""
+    import io
+    import sys
+
+    from brickscope.offline import _replay
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(_replay, "PROGRESS_MIN_BYTES", 0)  # the test files are small
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(["report", str(files / "json" / "rank0.jsonl"), "--format", "json"]) == 0
+    assert "rank0.jsonl: " in terminal.getvalue() and "%" in terminal.getvalue()
+    assert json.loads(capsys.readouterr().out)["schema"] == 1
+    quiet = Terminal()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    assert main(["report", str(files / "json" / "rank0.jsonl"), "-q"]) == 0
+    assert quiet.getvalue() == ""
