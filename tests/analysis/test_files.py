@@ -93,6 +93,16 @@ class TestCommandLine:
         assert data["load_balance"]["devices"]["imbalance_ratio"] == pytest.approx(500 / 1150)
         assert data["slowest"][0]["duration_ns"] == 900_000 and len(data["slowest"]) == 2
 
+    def test_every_json_key_is_documented(self, files, capsys):
+        """The schema table of docs/analysis.md names every top-level key the JSON has."""
+        from pathlib import Path
+
+        assert main(["report", str(files / "json"), "--format", "json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        doc = (Path(__file__).resolve().parents[2] / "docs" / "analysis.md").read_text()
+        schema = doc[doc.index("## JSON output") :]
+        assert [key for key in data if f"`{key}`" not in schema] == []
+
     def test_text_and_markdown(self, files, capsys):
         """Text and Markdown name the straggler and the outlier."""
         assert main(["report", str(files / "json"), "--format", "markdown"]) == 0
