@@ -25,7 +25,7 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from brickscope import _environment, _kernel_sources, _record, _resource, _state, propagation
+from brickscope import _environment, _kernel_sources, _record, _resource, _self_metrics, _state, propagation
 from brickscope._clock import host_ns
 from brickscope import environment_variables as env
 from brickscope.trace._aggregation import CategoryAggregator
@@ -60,6 +60,8 @@ class Session:
         self.clock_fallback_reason = clock_fallback_reason
         self._owns_provider = owns_provider
         self._closed = False
+        #: The self-telemetry counters this session's stats feed (configure() sets it).
+        self._self_metrics: Any = None
         #: (token, context) of the TRACEPARENT context configure() attached, or None.
         self._environment_context: tuple[Any, Any] | None = None
 
@@ -136,6 +138,8 @@ class Session:
         if done is None:
             counters.add("export_timeouts")
         lost = self.sync_processor.close_deliveries()
+        if self._self_metrics is not None:
+            self._self_metrics.retire(self.sync_processor.stats())
         if lost:
             _warn_once(
                 "shutdown_lost",
@@ -305,6 +309,10 @@ def configure(
         _state.configured = sync_processor.recorder
         _state.recorder = sync_processor.recorder if enabled else None
         _guard_torch_compile()
+        if not sdk_disabled:
+            _session._self_metrics = _self_metrics.register(  # noqa: SLF001
+                meter_provider or otel_metrics.get_meter_provider(), _open_session_stats
+            )
         if previous is not None:
             _warn_once(
                 "reconfigured",
@@ -341,6 +349,14 @@ def shutdown(timeout_millis: int = 30000) -> None:
         if _session is not None:
             _session.shutdown(timeout_millis)
             _session = None
+
+
+def _open_session_stats(metrics: Any) -> dict[str, int] | None:
+    """The open session's stats if it reports to ``metrics`` (self-telemetry counters)."""
+    live = _session
+    if live is None or live._closed or live._self_metrics is not metrics:  # noqa: SLF001
+        return None
+    return live.stats()
 
 
 def current_session() -> Session | None:

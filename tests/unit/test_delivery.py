@@ -202,3 +202,48 @@ class TestEveryLossIsCounted:
         assert [s.name for s in exporter.delivered] == ["rms_norm", "ffn_up"]
         assert stats["span_build_errors"] == 1
         assert books(stats) == (3, 2, 1)
+
+
+class TestSelfTelemetry:
+    def test_the_stats_are_observable_counters_on_the_sessions_meter(self, exporters):
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+        def collect(reader):
+            points = {}
+            for resource in reader.get_metrics_data().resource_metrics:
+                for scope in resource.scope_metrics:
+                    for metric in scope.metrics:
+                        if not metric.name.startswith(("brickscope.spans.", "brickscope.scope.", "brickscope.timeouts")):
+                            continue
+                        for point in metric.data.data_points:
+                            reason = dict(point.attributes).get("brickscope.reason")
+                            points[(metric.name, reason)] = point.value
+            return points
+
+        reader = InMemoryMetricReader()
+        meter_provider = MeterProvider(metric_readers=[reader])
+        exporter = DrivenExporter(fail=lambda number: number == 2, blocked=False)
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        session = bs.configure(provider, clock="host", meter_provider=meter_provider)
+        step = bs.enter_scope(bs.step(0))
+        layer = bs.enter_scope(bs.layer(0))
+        bs.exit_scope(step)  # a repair
+        bs.exit_scope(layer)
+        session.shutdown()
+        points = collect(reader)
+        assert points[("brickscope.spans.produced", None)] == 2
+        assert points[("brickscope.spans.exported", None)] == 1
+        assert points[("brickscope.spans.dropped", "export_failed")] == 1
+        assert points[("brickscope.scope.repairs", None)] == 1
+        assert points[("brickscope.timeouts", "export")] == 0
+
+        # A second session on the same meter provider adds to the totals: never back to 0.
+        session = bs.configure(provider, clock="host", meter_provider=meter_provider)
+        with bs.brick("rms_norm"):
+            pass
+        session.shutdown()
+        points = collect(reader)
+        assert points[("brickscope.spans.produced", None)] == 3
+        assert points[("brickscope.spans.exported", None)] == 2
