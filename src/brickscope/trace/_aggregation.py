@@ -129,6 +129,7 @@ class CategoryAggregator(SpanProcessor):
         self.errors = 0
         #: Bricks folded into the metrics without a span (unsampled), not in the report.
         self.unsampled_bricks = 0
+        self._unsampled_elements: dict[tuple[str, str], int] = {}
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         """Nothing to do at start."""
@@ -160,9 +161,25 @@ class CategoryAggregator(SpanProcessor):
         keep it (it has no span). Never raises."""
         try:
             self.unsampled_bricks += 1
-            self._record(name, category, self_ns, elements, None)
+            labels = self._labels.get((name, category))
+            if labels is None:
+                labels = self._labels[(name, category)] = {BRICK_NAME: name, BRICK_CATEGORY: category}
+            self._duration.record(self_ns / 1e9, labels)
+            if elements:  # summed here, added once per label at flush_metrics (one SDK call, same total)
+                key = (name, category)
+                self._unsampled_elements[key] = self._unsampled_elements.get(key, 0) + elements
         except Exception:
             self._failed()
+
+    def flush_metrics(self) -> None:
+        """Add the elements of unsampled bricks folded since the last call to the counter
+        (the resolver calls it after each batch; flush and shutdown too). Never raises."""
+        pending, self._unsampled_elements = self._unsampled_elements, {}
+        for key, total in pending.items():
+            try:
+                self._elements.add(total, self._labels[key])
+            except Exception:
+                self._failed()
 
     def _record(self, name: str, category: str, self_ns: int, elements: int, context: Any) -> None:
         labels = self._labels.get((name, category))
@@ -261,8 +278,10 @@ class CategoryAggregator(SpanProcessor):
         return stats
 
     def shutdown(self) -> None:
-        """Nothing to release."""
+        """Add what :meth:`flush_metrics` has not yet added."""
+        self.flush_metrics()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Aggregation is synchronous: always flushed."""
+        """Add what :meth:`flush_metrics` has not yet added; always flushed."""
+        self.flush_metrics()
         return True

@@ -81,6 +81,7 @@ class Resolver:
                     continue
                 self._downstream.emit(built)
                 self._counts["spans_emitted"] += 1
+            self._downstream.flush_metrics(self._downstream.processors())
 
     def _build_failed(self, processors: tuple) -> None:
         """A record that could not become a span: produced and dropped once per export
@@ -133,6 +134,7 @@ class Resolver:
             return True
         finally:
             self._counts["spans_emitted"] += emitted
+            downstream.flush_metrics(processors)
 
     def _gpu_ready(self, timer: Any, rec: Record, block: bool, deadline: float | None) -> bool:
         """Whether rec's end event has completed; waits when blocking. GPU faults mark the record."""

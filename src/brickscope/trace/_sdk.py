@@ -112,6 +112,12 @@ class Downstream:
                     self._counts["processor_errors"] += 1
                     self._counters.log_once("fold_metrics", "brickscope: a span processor failed")
 
+    def flush_metrics(self, processors: tuple) -> None:
+        """End of a resolution batch: aggregators add what they summed of unsampled bricks."""
+        for processor, kind, _ in processors:
+            if kind == AGGREGATOR:
+                processor.flush_metrics()
+
     def batch_queues(self) -> list[Any]:
         return batch_queues(self._provider)
 
