@@ -51,3 +51,19 @@ class TestTorchInstrumentor:
             captured.clear()
             model(tokens())  # the explicit instrumentation removed: the model is not rediscovered
             assert captured.spans == ()
+
+    def test_compiled_models_compile_with_fullgraph_and_give_one_brick(self, instrumentor):
+        """Under the instrumentor a torch.compile'd model (fullgraph) compiles, one brick per call; eager calls give its modules."""
+        import brickscope as bs
+
+        torch._dynamo.reset()
+        model = TinyGPT(blocks=1)
+        compiled = torch.compile(model, fullgraph=True, backend="eager")
+        with capture_spans() as captured:
+            with bs.step(0):
+                compiled(tokens())
+            assert sorted(s.name for s in captured.spans) == ["TinyGPT", "step"]
+            captured.clear()
+            model(tokens())  # the same model, eagerly: every module but the model itself,
+            assert len(captured.bricks()) == 9  # for which the compiled wrapper's brick stands
+        torch._dynamo.reset()
