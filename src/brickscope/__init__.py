@@ -34,6 +34,7 @@ from brickscope._scope import (
     start_brick,
     step,
     sync,
+    tile,
 )
 from brickscope.version import __version__
 
@@ -92,4 +93,5 @@ __all__ = [
     "start_brick",
     "step",
     "sync",
+    "tile",
 ]

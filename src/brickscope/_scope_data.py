@@ -41,9 +41,10 @@ _warned: set[str] = set()
 class ScopeNotes:
     """What user code added to one open scope."""
 
-    __slots__ = ("attributes", "events", "status")
+    __slots__ = ("attributes", "events", "status", "tiles")
 
     def __init__(self) -> None:
+        self.tiles: dict[str, list[int]] | None = None  # level -> [count, ns, elements] (bs.tile)
         self.attributes: dict[str, Any] = {}
         #: (name, attributes, timestamp in epoch ns)
         self.events: list[tuple[str, dict[str, Any], int]] = []
@@ -64,6 +65,21 @@ def _notes(rec: Record) -> ScopeNotes:
     if notes is None:
         notes = rec.notes = ScopeNotes()
     return notes
+
+
+def add_tile(rec: Record, level: str, duration_ns: int, elements: int) -> None:
+    """Fold one tile into rec's per-level totals (put on its span as brickscope.tile.*)."""
+    notes = _notes(rec)
+    tiles = notes.tiles
+    if tiles is None:
+        tiles = notes.tiles = {}
+    totals = tiles.get(level)
+    if totals is None:
+        tiles[level] = [1, duration_ns, elements]
+    else:
+        totals[0] += 1
+        totals[1] += duration_ns
+        totals[2] += elements
 
 
 def set_attribute(rec: Record, key: Any, value: Any) -> None:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from brickscope.analysis import _communication, _graph, _memory, _operations, _placement, _roofline
+from brickscope.analysis import _communication, _graph, _memory, _operations, _placement, _roofline, _tiles
 from brickscope.analysis._load import AnalysisError
 from brickscope.analysis._model import Report
 from brickscope.analysis._peaks import Peak
@@ -58,6 +58,7 @@ def analyse(
         roofline=_roofline.roofline(table, peaks),
         throughput=_placement.throughput(table),
         notes=tuple(table.notes),
+        tiles=_tiles.tiles(table),
         critical_paths=_graph.critical_paths(table, slowest=top),
     )
 

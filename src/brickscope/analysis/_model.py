@@ -175,6 +175,19 @@ class Throughput:
 
 
 @dataclass(frozen=True)
+class TileStats:
+    """The tiles of one level (``bs.tile``), over all scopes or one brick (``name``)."""
+
+    level: str
+    name: str  # the brick (or other scope) the tiles ran in; "" for all of them
+    count: int
+    total_ns: int  # summed host-clock durations
+    mean_ns: float
+    elements: int
+    elements_per_second: float  # elements / total seconds (0 without elements)
+
+
+@dataclass(frozen=True)
 class SlackEntry:
     """A span that could take this much longer without delaying its step."""
 
@@ -218,5 +231,6 @@ class Report:
     roofline: tuple[RooflinePoint, ...]
     throughput: Throughput
     notes: tuple[str, ...] = ()  # about the input: a truncated file analysed up to its cut
+    tiles: tuple[TileStats, ...] = ()  # per level, then per (brick, level)
     critical_paths: tuple[StepCriticalPath, ...] = ()  # of the `top` longest steps, by rank and step
     schema: int = SCHEMA

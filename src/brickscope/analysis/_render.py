@@ -108,6 +108,7 @@ class _Writer:
         lines += self.memory(report)
         lines += self.roofline(report)
         lines += self.throughput(report)
+        lines += self.tiles(report)
         lines += self.critical_paths(report)
         return lines
 
@@ -330,6 +331,19 @@ class _Writer:
         if throughput.tokens:
             text += f", {throughput.tokens} tokens, {throughput.tokens_per_second:.4g} tokens/s"
         return lines + self.note(text)
+
+    def tiles(self, report: Report) -> list[str]:
+        if not report.tiles:
+            return []
+        rows = [
+            (
+                self.name(t.name) or "(all)", t.level, str(t.count), _ms(t.total_ns), _us(t.mean_ns),
+                str(t.elements), _rate(t.elements_per_second),
+            )
+            for t in report.tiles
+        ]  # fmt: skip
+        header = ("scope", "level", "tiles", "total ms", "mean us", "elements", "elem/s")
+        return self.title("Tiles (bs.tile, host clock)") + self.table(header, rows, 2)
 
     def critical_paths(self, report: Report) -> list[str]:
         paths = report.critical_paths

@@ -66,6 +66,8 @@ COLUMNS: dict[str, str] = {
     "launch": "int64",  # code into Table.launches: a kernel's grid, block, shared memory (-1: none)
     "source": "uint64",  # brickscope.kernel.source.hash (0: none)
     "checksum": "uint64",  # brickscope.output.checksum (0: none)
+    # bs.tile totals per level (brickscope.tile.<level>.*), on the scope the tiles ran in
+    **{f"tile_{level}_{what}": "int64" for level in A.TILE_LEVELS for what in ("count", "ns", "elements")},
 }
 #: Columns derived when the table is built.
 DERIVED = ("duration", "parent", "comm")
@@ -94,7 +96,9 @@ _KEYS = (
     A.GPU_STREAM_ID, A.STEP_NUMBER, A.LAYER_INDEX, A.THREAD_ID, A.BRICK_ELEMENTS, A.WORK_BYTES, "bytes",
     A.WORK_OUTPUT_SHAPE, "output_shape", A.WORK_DTYPE, "dtype", A.WORK_FLOPS, "flops", A.STEP_TOKENS, "tokens",
     A.KERNEL_GRID, A.KERNEL_BLOCK, A.KERNEL_SHARED_MEM_BYTES, A.KERNEL_SOURCE_HASH, A.OUTPUT_CHECKSUM,
+    *(key.format(level) for level in A.TILE_LEVELS for key in (A.TILE_COUNT, A.TILE_DURATION_NS, A.TILE_ELEMENTS)),
 )  # fmt: skip
+_TILE_VALUES = 3 * len(A.TILE_LEVELS)
 _TYPECODES = {"int64": "q", "uint64": "Q", "float64": "d"}
 
 
@@ -379,7 +383,8 @@ class TableBuilder:
             kind_name, category_name, brick_name, self_ns, clock_name, ordinal, handle, step, layer, thread,
             elements, nbytes, short_bytes, shape, short_shape, dtype, short_dtype, flops, short_flops,
             tokens, short_tokens, grid, block, smem, source, checksum,
-        ) = raw  # fmt: skip
+        ) = raw[:-_TILE_VALUES]  # fmt: skip
+        tiles = raw[-_TILE_VALUES:]
         kind = _KIND_CODES.get(kind_name, KIND_OTHER)
         if kind == KIND_BRICK:
             category_name = category_name or "other"
@@ -427,6 +432,7 @@ class TableBuilder:
             span_id, parent_id, elements or 0, nbytes, flops, tokens,
             self._launch_code(grid, block, smem) if kind == KIND_KERNEL else -1,
             0 if source is None else _hash(source), 0 if checksum is None else _hash(checksum),
+            *(value or 0 for value in tiles),
         )  # fmt: skip
 
     def _lane_codes(self, entry: tuple[Any, int, str, tuple[str, ...]], lane: tuple[Any, ...]) -> tuple[int, int]:

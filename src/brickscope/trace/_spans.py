@@ -46,6 +46,9 @@ from brickscope.trace.attributes import (
     STEP_NUMBER,
     THREAD_ID,
     THREAD_NAME,
+    TILE_COUNT,
+    TILE_DURATION_NS,
+    TILE_ELEMENTS,
 )
 from brickscope.version import __version__
 
@@ -225,6 +228,11 @@ def _apply_notes(notes: Any, attributes: dict[str, Any]) -> tuple[tuple[Event, .
     for key, value in notes.attributes.items():
         if key not in attributes or not key.startswith("brickscope."):
             attributes[key] = value
+    if notes.tiles:
+        for level, (count, duration_ns, elements) in notes.tiles.items():
+            attributes[TILE_COUNT.format(level)] = count
+            attributes[TILE_DURATION_NS.format(level)] = duration_ns
+            attributes[TILE_ELEMENTS.format(level)] = elements
     events = tuple(Event(name, details, timestamp=ts) for name, details, ts in notes.events)
     status = _UNSET
     if notes.status is not None:

@@ -82,6 +82,18 @@ KERNEL_SOURCE_HASH = "brickscope.kernel.source.hash"
 #: (path ``""`` when not given): one string survives every transport. Resource attribute.
 KERNEL_SOURCES = "brickscope.kernel.sources"
 
+# --- tiles of cache-blocked CPU/SIMD kernels (bs.tile) ------------------------------
+
+#: The tile levels, outermost first.
+TILE_LEVELS = ("macro", "midi", "micro")
+#: int: tiles of level ``<level>`` run inside the scope (directly, not in a nested scope).
+#: ``brickscope.tile.macro.count`` etc. On the enclosing scope's span.
+TILE_COUNT = "brickscope.tile.{}.count"
+#: int: their summed host-clock durations, ns.
+TILE_DURATION_NS = "brickscope.tile.{}.duration_ns"
+#: int: their summed elements.
+TILE_ELEMENTS = "brickscope.tile.{}.elements"
+
 # --- output checksums (opt-in) ----------------------------------------------------
 
 #: str: FNV-1a 64 of the scope's output buffer (16 hex digits), for divergence checks.
