@@ -235,6 +235,17 @@ class TestExport:
         exporter.shutdown()
         assert _lines(path) == {"svc;brick": 7}
 
+    def test_default_weight_stays_gpu_for_gpu_work_timed_elsewhere(self, tmp_path, make_span, monkeypatch):
+        """bs.record_gpu spans (clock "gpu") are GPU work too: the default weight stays GPU time."""
+        from brickscope.trace import attributes as A
+
+        monkeypatch.delenv("BRICKSCOPE_FLAMEGRAPH_WEIGHT", raising=False)
+        path = tmp_path / "out.folded"
+        exporter = FlamegraphSpanExporter(path, unit="ns")
+        exporter.export([make_span("vk_blit", gpu=(0, 9), attributes={A.CLOCK: A.CLOCK_GPU})])
+        exporter.shutdown()
+        assert _lines(path) == {"svc;vk_blit": 9}
+
     def test_context_manager_shuts_down(self, tmp_path, make_span):
         """Leaving a with block writes the files."""
         path = tmp_path / "out.folded"

@@ -200,7 +200,7 @@ class FlamegraphSpanExporter(SpanExporter):
         if not clocks:
             return
         self._auto_weight = False
-        if A.CLOCK_CUDA not in clocks and self._stacks.stats.spans == 0:
+        if not clocks & A.GPU_CLOCKS and self._stacks.stats.spans == 0:
             self._weight = Weight.parse("host")
             self._stacks = StackAggregator(self._weight, **self._stack_options)
 
