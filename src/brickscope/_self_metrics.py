@@ -22,6 +22,9 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from brickscope.version import __version__
 
 REASON = "brickscope.reason"
+THREAD = "brickscope.thread"
+#: Units of the instruments that count neither spans nor events.
+_UNITS = {"brickscope.resolution.cpu_time": "ns"}
 
 #: (instrument, {stats key: attributes}, description). Every key is a ``stats()`` counter.
 INSTRUMENTS: tuple[tuple[str, dict[str, dict[str, str]], str], ...] = (
@@ -49,6 +52,16 @@ INSTRUMENTS: tuple[tuple[str, dict[str, dict[str, str]], str], ...] = (
         "Scopes or streams timed on the host clock because GPU timing failed",
     ),
     (
+        "brickscope.resolution.cpu_time",
+        {"resolution_cpu_ns_app": {THREAD: "application"}, "resolution_cpu_ns_worker": {THREAD: "resolver"}},
+        "CPU time brickscope spent resolving scopes into spans and metrics, by thread",
+    ),
+    (
+        "brickscope.scopes.unsampled",
+        {"scopes_unsampled": {}},
+        "Scopes that produced no span (not sampled); their bricks still reach the metrics",
+    ),
+    (
         "brickscope.errors",
         {"misuse": {REASON: "misuse"}, "scope_errors": {REASON: "scope"}, "processor_errors": {REASON: "processor"}},
         "Misuse and internal faults, counted and never raised",
@@ -70,7 +83,7 @@ class SelfMetrics:
             meter.create_observable_counter(
                 name,
                 callbacks=[self._observer(keys)],
-                unit="{span}" if ".spans." in name else "1",
+                unit=_UNITS.get(name, "{span}" if ".spans." in name else "1"),
                 description=description,
             )
 

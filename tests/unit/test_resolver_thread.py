@@ -154,3 +154,45 @@ class TestResolverThread:
         monkeypatch.delenv(env.BRICKSCOPE_RESOLVER, raising=False)
         with capture_spans() as captured:
             assert captured.session.sync_processor.resolver == "inline"
+
+
+class TestSelfTelemetry:
+    def cpu_points(self, reader: InMemoryMetricReader) -> dict[str, int]:
+        return {
+            dict(p.attributes)["brickscope.thread"]: p.value
+            for rm in reader.get_metrics_data().resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == "brickscope.resolution.cpu_time"
+            for p in m.data.data_points
+        }
+
+    def test_resolution_cpu_is_counted_on_the_thread_that_resolved(self):
+        """With the resolver thread busy and the application never syncing, all resolution CPU
+        is the thread's; the OTel counters read the same figures as stats()."""
+        provider = TracerProvider()
+        gate = Gate(hold=False)
+        gate.expect = 11
+        provider.add_span_processor(gate)
+        reader = InMemoryMetricReader()
+        with capture_spans(
+            provider, resolver="thread", meter_provider=MeterProvider(metric_readers=[reader])
+        ) as captured:
+            record_step(0, 10)
+            assert gate.seen.wait(WAIT_S)
+            stats = captured.session.stats()
+            points = self.cpu_points(reader)
+        assert stats["resolution_cpu_ns_app"] == 0
+        assert stats["resolution_cpu_ns_worker"] > 0
+        assert points["application"] == 0
+        assert points["resolver"] >= stats["resolution_cpu_ns_worker"]  # collected a moment later
+
+    def test_inline_resolution_is_the_application_threads(self):
+        reader = InMemoryMetricReader()
+        with capture_spans(meter_provider=MeterProvider(metric_readers=[reader])) as captured:
+            record_step(0, 10)
+            stats = captured.session.stats()
+            points = self.cpu_points(reader)
+        assert stats["resolution_cpu_ns_worker"] == 0
+        assert stats["resolution_cpu_ns_app"] > 0
+        assert points == {"application": stats["resolution_cpu_ns_app"], "resolver": 0}

@@ -14,6 +14,8 @@ logger = logging.getLogger("brickscope.trace")
 #: Every counter ``stats()`` reports, in a stable order (``pending`` is added live).
 NAMES = (
     "scopes_unsampled",
+    "resolution_cpu_ns_app",
+    "resolution_cpu_ns_worker",
     "spans_emitted",
     "syncs",
     "forced_syncs",

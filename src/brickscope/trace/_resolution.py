@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from time import thread_time_ns as _thread_time_ns
 from typing import Any
 
 from brickscope._record import Record
@@ -24,6 +25,7 @@ from brickscope.trace._recorder import Recorder
 from brickscope.trace._sdk import BATCH, SIMPLE, Downstream
 from brickscope.trace._spans import SpanBuilder
 
+_get_ident = threading.get_ident
 _PACE_EVERY = 128  # spans emitted between looks at the downstream queues
 _PACE_BUDGET_S = 0.5  # most one sync point waits for downstream queues, in all
 _PACE_HOLDOFF_S = 10.0  # after the budget ran out, no pacing for this long
@@ -39,6 +41,8 @@ class Resolver:
         self._counters = counters
         self._counts = counters.values
         self.lock = threading.RLock()
+        #: The resolver thread's ident (its CPU time is counted apart), or None.
+        self.worker_ident: int | None = None
         self._pace_holdoff = 0.0
 
     def sync(self, block: bool = True, timeout_millis: float | None = None, streams: tuple = ()) -> bool:
@@ -50,18 +54,26 @@ class Resolver:
         """
         try:
             with self.lock:
-                self._counts["syncs"] += 1
-                deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1e3
-                if block and deadline is None and self._recorder.timer is not None:
-                    # Unbounded waits only when asked for (bs.sync() without a timeout); with a
-                    # deadline, _gpu_ready polls the records' end events instead.
-                    for stream in streams:
-                        if stream is not None:
-                            self._synchronize(stream)
-                return self._resolve(block, deadline)
+                cpu_start = _thread_time_ns()
+                try:
+                    return self._sync(block, timeout_millis, streams)
+                finally:  # self-telemetry: what resolving cost, on which thread
+                    key = "resolution_cpu_ns_worker" if _get_ident() == self.worker_ident else "resolution_cpu_ns_app"
+                    self._counts[key] += _thread_time_ns() - cpu_start
         except Exception:  # never into user code
             self._counters.log_once("sync", "brickscope: resolving pending scopes failed")
             return False
+
+    def _sync(self, block: bool, timeout_millis: float | None, streams: tuple) -> bool:
+        self._counts["syncs"] += 1
+        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1e3
+        if block and deadline is None and self._recorder.timer is not None:
+            # Unbounded waits only when asked for (bs.sync() without a timeout); with a
+            # deadline, _gpu_ready polls the records' end events instead.
+            for stream in streams:
+                if stream is not None:
+                    self._synchronize(stream)
+        return self._resolve(block, deadline)
 
     def emit_unresolved(self) -> None:
         """Emit whatever is still pending with host timing (shutdown, after a timed-out sync)."""
@@ -165,3 +177,4 @@ class Resolver:
     def forget_after_fork(self) -> None:
         """In a forked child: a fresh lock (the parent's may have been held at fork)."""
         self.lock = threading.RLock()
+        self.worker_ident = None

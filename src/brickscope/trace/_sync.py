@@ -141,7 +141,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         if resolver == "thread":
             self._worker = ResolverThread(self.sync, max_delay_millis / 1e3)
             self.recorder.hand_off(self._worker.wake)
-            self._worker.start()
+            self._resolver.worker_ident = self._worker.start()
         self._provider = tracer_provider
         self._accounts: list[_delivery.Account] = []
 

@@ -38,9 +38,11 @@ class ResolverThread:
         self._thread: threading.Thread | None = None
         self.wake = self._wake.set  # bound once: the recorder calls it at each step end
 
-    def start(self) -> None:
+    def start(self) -> int:
+        """Start the thread; returns its ident."""
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
         self._thread.start()
+        return self._thread.ident
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop after the batch in progress; joins (up to ``timeout_s``). Idempotent."""
