@@ -532,4 +532,4 @@ def _env_flag(variable: str) -> bool:
         return True
     if raw in _FALSE:
         return False
-    raise ValueError(f"brickscope: {variable}={raw!r} is not a boolean (use 1/0, true/false)")
+    raise ValueError(f"brickscope: {variable}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")

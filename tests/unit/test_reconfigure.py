@@ -248,3 +248,25 @@ class TestMisuseIsSaidOnce:
         )
         assert result.returncode == 0, result.stderr
         assert result.stdout.split() == ["0", "host", "0"]
+
+
+class TestDisableSpellings:
+    @pytest.mark.parametrize(("value", "records"), [
+        ("1", False), ("true", False), ("YES", False), ("On", False),
+        ("0", True), ("false", True), ("no", True), ("OFF", True), ("", True),
+    ])
+    def test_documented_spellings(self, monkeypatch, value, records):
+        """BRICKSCOPE_DISABLE takes exactly the spellings docs/otel-integration.md lists."""
+        monkeypatch.setenv("BRICKSCOPE_DISABLE", value)
+        provider, exporter = provider_with_memory()
+        session = bs.configure(provider, clock="host")
+        with bs.brick("rms_norm"):
+            pass
+        session.sync()
+        assert len(exporter.get_finished_spans()) == (1 if records else 0)
+
+    @pytest.mark.parametrize("value", ["maybe", "2", "disable", "y"])
+    def test_anything_else_is_refused(self, monkeypatch, value):
+        monkeypatch.setenv("BRICKSCOPE_DISABLE", value)
+        with pytest.raises(ValueError, match="BRICKSCOPE_DISABLE"):
+            bs.configure(TracerProvider(), clock="host")
