@@ -83,7 +83,7 @@ def load(
         rows = builder.rows
         try:
             with _read(path, allow_truncated, report if progress_for is None else progress_for(path)) as spans:
-                builder.add_all(spans)
+                builder.add_records(spans)
             if spans.truncation is not None:
                 builder.notes.append(f"{spans.truncation}; analysed the valid prefix ({spans.spans_read:,} spans)")
         except (ValueError, OSError, EOFError) as exc:
@@ -125,10 +125,11 @@ def _size(path: str) -> int:
 
 
 def _read(path: str, allow_truncated: bool, progress: ProgressCallback | None) -> Any:
-    """The spans of one file, from brickscope's one reader of its format (a context manager)."""
-    from brickscope.offline import open_spans
+    """The spans of one file as SpanRecords, from brickscope's one reader of its format
+    (a context manager)."""
+    from brickscope.offline import open_records
 
-    return open_spans(path, allow_truncated=allow_truncated, progress=progress)
+    return open_records(path, allow_truncated=allow_truncated, progress=progress)
 
 
 def _require_work(table: Table, what: str) -> None:

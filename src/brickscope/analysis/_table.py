@@ -318,6 +318,22 @@ class TableBuilder:
         for span in spans:
             self.add(span)
 
+    def add_records(self, records: Any) -> None:
+        """Add every span of an iterable of :data:`brickscope.offline.SpanRecord` tuples
+        (what :func:`brickscope.offline.open_records` yields: no ``ReadableSpan`` needed)."""
+        keys = _KEYS
+        for name, start, end, span_id, parent_id, resource, attributes in records:
+            raw = (name, start, end, span_id, parent_id, resource, *map(attributes.get, keys))
+            if self.max_rows is not None and self.rows >= self.max_rows:
+                with self._lock:
+                    self.dropped += 1
+                continue
+            with self._lock:
+                self.rows += 1
+                self._pending.append(raw)
+                if len(self._pending) >= _BATCH_ROWS:
+                    self._flush()
+
     def build(self, *, release: bool = False, backend: Any = None) -> Table:
         """The table of every span added so far.
 

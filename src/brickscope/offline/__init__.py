@@ -20,8 +20,8 @@ beyond OTLP JSON is added by registering a :class:`TraceFormat` under the
 """
 
 from brickscope.offline._errors import TraceFileError
-from brickscope.offline._formats import READERS_GROUP, TraceFormat
-from brickscope.offline._open import SpanStream, open_spans
+from brickscope.offline._formats import READERS_GROUP, SpanRecord, TraceFormat, span_record
+from brickscope.offline._open import SpanStream, open_records, open_spans
 from brickscope.offline._output import AtomicOutput, OutputError, check_output, write_atomically
 from brickscope.offline._replay import Progress, replay
 from brickscope.offline._source import ProgressCallback, TraceSource
@@ -32,12 +32,15 @@ __all__ = [
     "OutputError",
     "Progress",
     "ProgressCallback",
+    "SpanRecord",
     "SpanStream",
     "TraceFileError",
     "TraceFormat",
     "TraceSource",
     "check_output",
+    "open_records",
     "open_spans",
     "replay",
+    "span_record",
     "write_atomically",
 ]

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 
 class SpanStream(Iterator["ReadableSpan"]):
-    """The spans of one trace file, read as they are iterated.
+    """The spans of one trace file (or their records, from :func:`open_records`), read as
+    they are iterated.
 
     Attributes:
         path: the file.
@@ -112,11 +113,33 @@ def open_spans(
             file, the offset or line when known, and the problem.
         OSError: the file cannot be opened or read.
     """
+    return _open(path, allow_truncated, progress, records=False)
+
+
+def open_records(
+    path: str | os.PathLike[str],
+    *,
+    allow_truncated: bool = False,
+    progress: ProgressCallback | None = None,
+) -> SpanStream:
+    """As :func:`open_spans`, but yield each span as a :data:`SpanRecord` tuple
+    ``(name, start_ns, end_ns, span_id, parent_span_id or 0, resource, attributes)``.
+
+    The same reader, errors and truncation rules; no ``ReadableSpan`` is built (a
+    reader that decodes into records skips them: the ``.pftrace`` reader does), which
+    is what loading a big trace into the analysis table needs.
+    """
+    return _open(path, allow_truncated, progress, records=True)
+
+
+def _open(
+    path: str | os.PathLike[str], allow_truncated: bool, progress: ProgressCallback | None, *, records: bool
+) -> SpanStream:
     source = TraceSource(os.fspath(path), allow_truncated=allow_truncated, progress=progress)
     try:
         found = sniff(source)
-        spans = found.read(source)
+        items = found.read_records(source) if records else found.read(source)
     except BaseException:
         source.close()
         raise
-    return SpanStream(source, found.name, iter(spans))
+    return SpanStream(source, found.name, iter(items))

@@ -46,7 +46,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
-from brickscope.offline import ProgressCallback, TraceFormat, TraceSource
+from brickscope.offline import ProgressCallback, SpanRecord, TraceFormat, TraceSource
 from brickscope.trace.attributes import GPU_DURATION_NS, HOST_DURATION_NS, HOST_START_NS
 
 from ._annotations import decode_annotations
@@ -166,10 +166,12 @@ def _field(buffer: bytes, offset: int, base: int) -> tuple[int, int, int] | None
 class _Sequence:
     """Incremental state of one trusted packet sequence."""
 
-    __slots__ = ("tables", "default_clock", "clocks")
+    __slots__ = ("tables", "default_clock", "clocks", "decoded")
 
     def __init__(self) -> None:
         self.tables: dict[str, dict[int, str]] = {}
+        #: decode_annotations' cache: emptied whenever the tables change what an id means
+        self.decoded: dict[Any, Any] = {}
         self.default_clock = 0
         self.clocks: dict[int, int] = {}  # incremental clock id -> last absolute value
 
@@ -187,7 +189,7 @@ class _Open:
 
     def __init__(self, start: int, event: Any, sequence: _Sequence) -> None:
         self.start = start
-        attributes, meta = decode_annotations(event.debug_annotations, sequence.lookup)
+        attributes, meta = decode_annotations(event.debug_annotations, sequence.lookup, sequence.decoded)
         self.ours = META_SPAN_ID in meta
         self.attributes = attributes
         self.meta = meta
@@ -225,6 +227,7 @@ class _Decoder:
             sequence = self.sequences[packet.trusted_packet_sequence_id] = _Sequence()
         if packet.sequence_flags & SEQ_INCREMENTAL_STATE_CLEARED or packet.incremental_state_cleared:
             sequence.tables.clear()
+            sequence.decoded.clear()
             sequence.default_clock = 0
         if packet.HasField("trace_packet_defaults"):
             sequence.default_clock = packet.trace_packet_defaults.timestamp_clock_id
@@ -267,17 +270,19 @@ class _Decoder:
                     self.lost_events += len(self.events.pop(next(iter(self.events))))
                 self.events.setdefault(owner, []).append(Event(_event_name(event, sequence), attributes, timestamp=ts))
 
-    def ready(self, *, final: bool = False) -> Iterator[ReadableSpan]:
-        """Spans held long enough (all of them when ``final``)."""
+    def ready(self, *, final: bool = False, records: bool = False) -> Iterator[Any]:
+        """Spans held long enough (all of them when ``final``), as SpanRecords when ``records``."""
         ended = self.ended
         while len(ended) > _HOLD_SPANS or (final and ended):
-            yield self._span(*ended.popleft())
+            decoded = self._decoded(*ended.popleft())
+            yield decoded[:7] if records else _span(*decoded)
 
     def unfinished(self) -> int:
         """Slices of ours begun and never ended."""
         return sum(1 for stack in self.open.values() for piece in stack if piece.ours)
 
-    def _span(self, uuid: int, start: int, end: int, piece: _Open) -> ReadableSpan:
+    def _decoded(self, uuid: int, start: int, end: int, piece: _Open) -> tuple[Any, ...]:
+        """The span's SpanRecord fields, then its trace id, META and events."""
         meta = piece.meta
         attributes = piece.attributes
         span_id = meta[META_SPAN_ID]
@@ -298,11 +303,13 @@ class _Decoder:
             self.released.clear()
         self.released.add(span_id)
         events = self.events.pop(span_id, ())
-        return _span(piece.name, piece.trace_id, start, end, attributes, meta, events, resource)
+        parent = meta.get(META_PARENT_SPAN_ID, 0)
+        return (piece.name, start, end, span_id, parent, resource, attributes, piece.trace_id, meta, events)
 
 
-def read_pftrace(source: TraceSource) -> Iterator[ReadableSpan]:
-    """Yield the spans of a ``.pftrace``, streaming (the ``pftrace`` format of ``open_spans``)."""
+def read_pftrace(source: TraceSource, *, records: bool = False) -> Iterator[Any]:
+    """Yield the spans of a ``.pftrace``, streaming (the ``pftrace`` format of ``open_spans``);
+    their SpanRecords instead when ``records`` (``open_records``: no ReadableSpan made)."""
     decoder = _Decoder()
     count = 0
     offset = 0
@@ -317,7 +324,7 @@ def read_pftrace(source: TraceSource) -> Iterator[ReadableSpan]:
             count += 1
             if count % _PROGRESS_EVERY_PACKETS == 0:
                 source.report_progress()
-            yield from decoder.ready()
+            yield from decoder.ready(records=records)
     except PacketError as exc:
         error = source.error(exc.what, offset=exc.offset)
         if not exc.truncated:
@@ -329,7 +336,7 @@ def read_pftrace(source: TraceSource) -> Iterator[ReadableSpan]:
             source.truncated(
                 source.error(f"truncated: {unfinished} slices begun and never ended (the writer was cut off?)")
             )
-    yield from decoder.ready(final=True)
+    yield from decoder.ready(final=True, records=records)
     if decoder.lost_events:
         _logger.warning(
             "%s: %d span events whose span was not found nearby were skipped", source.path, decoder.lost_events
@@ -353,6 +360,9 @@ class PftraceFormat(TraceFormat):
 
     def read(self, source: TraceSource) -> Iterator[ReadableSpan]:
         return read_pftrace(source)
+
+    def read_records(self, source: TraceSource) -> Iterator[SpanRecord]:
+        return read_pftrace(source, records=True)
 
 
 #: The instance the ``brickscope.readers`` entry point names.
@@ -402,7 +412,7 @@ def _intern(sequence: _Sequence, interned: Any) -> None:
         if entries:
             target = tables.setdefault(table, {})
             for entry in entries:
-                target[entry.iid] = getattr(entry, attribute)
+                _define(sequence, target, entry.iid, getattr(entry, attribute))
     for table, entries in (
         ("values", interned.debug_annotation_string_values),
         ("correlations", interned.correlation_id_str),
@@ -410,7 +420,14 @@ def _intern(sequence: _Sequence, interned: Any) -> None:
         if entries:
             target = tables.setdefault(table, {})
             for entry in entries:
-                target[entry.iid] = entry.str.decode("utf-8", "replace")
+                _define(sequence, target, entry.iid, entry.str.decode("utf-8", "replace"))
+
+
+def _define(sequence: _Sequence, table: dict[int, str], iid: int, value: str) -> None:
+    """Intern ``value`` as ``iid``; an id given a new meaning empties the decoded cache."""
+    if table.get(iid, value) != value:
+        sequence.decoded.clear()
+    table[iid] = value
 
 
 def _timestamp(packet: Any, sequence: _Sequence) -> int:
@@ -431,20 +448,20 @@ def _bounded_put(table: dict[int, Any], key: int, value: Any) -> None:
 
 def _span(
     name: str,
-    trace_id: int,
     start: int,
     end: int,
+    span_id: int,
+    parent_id: int,
+    resource: Resource,
     attributes: dict[str, Any],
+    trace_id: int,
     meta: dict[str, Any],
     events: Any,
-    resource: Resource,
 ) -> ReadableSpan:
-    span_id = meta[META_SPAN_ID]
+    """The ReadableSpan of a decoded span (see :meth:`_Decoder._decoded`)."""
     parent = None
     if META_PARENT_SPAN_ID in meta:
-        parent = SpanContext(
-            trace_id, meta[META_PARENT_SPAN_ID], bool(meta.get(META_PARENT_REMOTE)), TraceFlags(TraceFlags.SAMPLED)
-        )
+        parent = SpanContext(trace_id, parent_id, bool(meta.get(META_PARENT_REMOTE)), TraceFlags(TraceFlags.SAMPLED))
     status = Status(StatusCode(meta.get(META_STATUS_CODE, 0)), meta.get(META_STATUS_DESCRIPTION))
     scope = None
     if META_SCOPE in meta:
