@@ -4,6 +4,7 @@
 Example::
 
     python benchmarks/analysis.py pipeline --spans 1000000     # file -> report, stages and peak RSS
+    python benchmarks/analysis.py reader --spans 50000         # reading: ReadableSpans vs SpanRecords
     python benchmarks/analysis.py engines --spans 200000       # numpy vs pure Python (vs polars)
     python benchmarks/analysis.py pipeline --spans 1000000 --json
 
@@ -16,6 +17,10 @@ Sections:
   ``analyse``, ``render``. Wall time of each stage and the child's peak RSS.
 - ``live``: what a live session's report table costs per resolved span: the copy on
   the resolving thread and the conversion into rows a batch later (best of 15).
+- ``reader``: the reading part of ``load`` alone, per span, in one process (ratios
+  survive load): ``open_spans`` into ``TableBuilder.add_all`` (ReadableSpans, the
+  way ``load`` read before) against ``open_records`` into ``add_records`` (what
+  ``load`` does), best of 3, on the ``.pftrace`` and on the OTLP JSON of the same spans.
 - ``engines``: the same trace's table (built once in memory), analysed by each
   engine: the numpy backend, the pure-Python backend, and polars (when installed)
   computing the per-operation section (count, sums, exact nearest-rank p50/p90/p99,
@@ -28,6 +33,7 @@ Requires brickscope[analysis] and brickscope-exporter-perfetto.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import random
@@ -207,6 +213,62 @@ def pipeline(spans: int, backend: str) -> dict[str, Any]:
     return result
 
 
+def reader(spans: int, repeats: int = 3) -> dict[str, Any]:
+    """Seconds per span to read into the table: via ReadableSpans, and via SpanRecords."""
+    from brickscope.analysis._table import TableBuilder
+    from brickscope.offline import open_records, open_spans
+
+    def via_spans(path: str) -> None:
+        with open_spans(path) as stream:
+            TableBuilder().add_all(stream)
+
+    def via_records(path: str) -> None:
+        with open_records(path) as stream:
+            TableBuilder().add_records(stream)
+
+    results: dict[str, Any] = {"spans": spans}
+    with tempfile.TemporaryDirectory() as directory:
+        files = {"pftrace": os.path.join(directory, "trace.pftrace"), "otlp": os.path.join(directory, "trace.json")}
+        write_pftrace(files["pftrace"], spans)
+        write_otlp_json(files["otlp"], spans)
+        for fmt, path in files.items():
+            for how, read in (("spans", via_spans), ("records", via_records)):
+                best = 1e18
+                for _ in range(repeats):
+                    started = time.perf_counter()
+                    read(path)
+                    best = min(best, time.perf_counter() - started)
+                results[f"{fmt}_via_{how}_us_per_span"] = best / spans * 1e6
+            results[f"{fmt}_speedup"] = (
+                results[f"{fmt}_via_spans_us_per_span"] / results[f"{fmt}_via_records_us_per_span"]
+            )
+    return results
+
+
+def write_otlp_json(path: str, count: int) -> None:
+    """OTLP JSON Lines (hex ids, as the Collector's file exporter writes), a request per 4096 spans."""
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    def hex_ids(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: base64.b64decode(v).hex() if k in ("traceId", "spanId", "parentSpanId") else hex_ids(v)
+                for k, v in value.items()
+            }
+        return [hex_ids(v) for v in value] if isinstance(value, list) else value
+
+    with open(path, "w") as out:
+        batch: list[ReadableSpan] = []
+        for span in make_spans(count):
+            batch.append(span)
+            if len(batch) == 4096:
+                out.write(json.dumps(hex_ids(MessageToDict(encode_spans(batch)))) + "\n")
+                batch = []
+        if batch:
+            out.write(json.dumps(hex_ids(MessageToDict(encode_spans(batch)))) + "\n")
+
+
 def engines(spans: int, backends: list[str]) -> dict[str, Any]:
     """Build the table from generated spans (no file), then time each engine on it."""
     from brickscope.analysis import analyse, get_backend
@@ -291,7 +353,7 @@ def _polars_operations(table: Any) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("section", choices=("pipeline", "engines", "live", "_child"))
+    parser.add_argument("section", choices=("pipeline", "reader", "engines", "live", "_child"))
     parser.add_argument("args", nargs="*")
     parser.add_argument("--spans", type=int, default=1_000_000)
     parser.add_argument("--backend", default="numpy", choices=("numpy", "python"))
@@ -307,6 +369,8 @@ def main() -> None:
         result = pipeline(args.spans, args.backend)
     elif args.section == "live":
         result = live()
+    elif args.section == "reader":
+        result = reader(args.spans)
     else:
         result = engines(args.spans, args.engines.split(","))
     if args.json:
