@@ -142,6 +142,23 @@ class TestResolverThread:
         (elements,) = metrics[A.METRIC_BRICK_ELEMENTS].data.data_points
         assert elements.value == 5 * (0 + 1 + 2 + 3)
 
+    def test_half_of_max_pending_wakes_the_thread_instead_of_blocking_the_application(self):
+        """No step end and no poll due: at 4 of max_pending=8 ended bricks the thread is woken
+        and resolves them; the application never resolves itself (no forced sync)."""
+        provider = TracerProvider()
+        gate = Gate(hold=False)
+        gate.expect = 4
+        provider.add_span_processor(gate)
+        with capture_spans(provider, resolver="thread", max_pending=8, max_delay_millis=1e9) as captured:
+            for _ in range(4):
+                with bs.brick("rms_norm"):
+                    pass
+            assert gate.seen.wait(WAIT_S)
+            stats = captured.session.stats()
+        assert set(gate.threads) == {THREAD_NAME}
+        assert stats["forced_syncs"] == 0
+        assert stats["resolution_cpu_ns_app"] == 0
+
     def test_environment_variable_selects_it_and_bad_values_fail_at_set_up(self, monkeypatch):
         monkeypatch.setenv(env.BRICKSCOPE_RESOLVER, "thread")
         with capture_spans() as captured:

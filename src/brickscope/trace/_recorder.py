@@ -92,6 +92,7 @@ class Recorder:
         self.timer = timer
         self.clock = CLOCK_CUDA if timer is not None else CLOCK_HOST
         self.max_pending = max_pending
+        self._pending_limit = max_pending  # a resolver thread is woken at half of max_pending
         self.propagate_context = propagate_context
         self.sync = sync
         self.sync_timeout_millis = sync_timeout_millis
@@ -266,26 +267,37 @@ class Recorder:
                 self.sync(block=False)
             else:
                 self.sync(block=True, timeout_millis=self.sync_timeout_millis, streams=(rec.stream,))
-        elif len(pending) >= self.max_pending:
-            self._counts["forced_syncs"] += 1
-            self.sync(block=True, timeout_millis=self.sync_timeout_millis)
+        elif len(pending) >= self._pending_limit:
+            self._overflow(len(pending))
         elif end >= self._next_poll_ns:
             self._counts["polls"] += 1
             self._next_poll_ns = end + self._max_delay_ns
             self.sync(block=False)
 
+    def _overflow(self, size: int) -> None:
+        """Many records pending: wake the resolver thread at half of ``max_pending``;
+        at ``max_pending`` (or without a thread) resolve here, blocking (counted)."""
+        if self.wake is not None and size < self.max_pending:
+            self.wake()
+            return
+        self._counts["forced_syncs"] += 1
+        self.sync(block=True, timeout_millis=self.sync_timeout_millis)
+
     def hand_off(self, wake: Callable[[], None]) -> None:
         """Resolution moves to a resolver thread: the closes that polled now call ``wake``
-        instead, and the time-based poll is the thread's own. Blocking sync points
-        (``immediate``/``per_layer``) and the forced sync past ``max_pending`` stay."""
+        instead, the time-based poll is the thread's own, and the thread is woken when
+        half of ``max_pending`` records wait. Blocking sync points (``immediate``/``per_layer``)
+        and the forced sync at ``max_pending`` stay."""
         self.wake = wake
         self.close_actions = tuple(WAKE if action == POLL else action for action in self.close_actions)
         self._next_poll_ns = _NEVER
+        self._pending_limit = max(1, self.max_pending // 2)
 
     def resolve_inline(self, sync_mode: str) -> None:
         """Back to resolving on the recording thread (a forked child: the thread is gone)."""
         self.wake = None
         self.close_actions = CLOSE_ACTIONS[sync_mode]
+        self._pending_limit = self.max_pending
         self._next_poll_ns = perf_counter_ns() + self._max_delay_ns
 
     def count(self, what: str) -> None:

@@ -7,8 +7,8 @@ its own, and resolves whatever is complete under the resolver's lock, exactly as
 an inline sync point would. ``sync()``, ``force_flush``, shutdown and exit take the
 same lock, so they wait for a batch in progress and then resolve the rest
 themselves: nothing is left pending when they return. Memory stays bounded by
-``max_pending``: past it the recording thread resolves (a forced sync, counted),
-as inline mode does; nothing is dropped.
+``max_pending``: at half of it the thread is woken; at ``max_pending`` the recording
+thread resolves (a forced sync, counted), as inline mode does; nothing is dropped.
 
 Example::
 
