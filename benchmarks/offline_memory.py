@@ -1,0 +1,146 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Peak memory of the offline commands on a big trace: reading must stream.
+
+Example::
+
+    python benchmarks/offline_memory.py --size-mb 1024 --dir /tmp/bench   # the 1 GB run
+    python benchmarks/offline_memory.py --size-mb 64 --json               # quick
+
+Generates (once, kept in ``--dir``) a ``.pftrace`` of ``--size-mb`` written by
+``PerfettoSpanExporter`` from the spans of ``benchmarks/export.py`` (GPU kernels with
+their launches, host bricks) in batches of 4096, and an OTLP JSON Lines file of about
+the same size. Then, each in a fresh interpreter, measures peak RSS (the kernel's
+VmHWM of that process, written at exit by ``_peak.py``; Linux) and wall time of:
+
+- ``read``: iterating ``brickscope.offline.open_spans`` over the ``.pftrace``;
+- ``flamegraph``: ``brickscope flamegraph trace.pftrace``;
+- ``convert``: ``brickscope convert spans.jsonl`` (to a ``.pftrace``);
+- ``report``: ``brickscope report trace.pftrace`` (the analysis engine's loaded model,
+  which holds columns for every span: it grows with the trace by design);
+- ``baseline``: an interpreter that imports the same modules and reads nothing.
+
+The target (issue 12) is under 300 MB for a 1 GB trace in ``flamegraph``,
+``convert`` and reading. Wall times are for orientation only (shared machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from export import make_spans  # noqa: E402
+
+BATCH = 4096
+
+_PEAK = [sys.executable, str(HERE / "_peak.py")]
+COMMANDS = {
+    "baseline": [*_PEAK, "-c", "import brickscope.offline, brickscope.exporter.perfetto, opentelemetry.sdk.trace"],
+    "read": [*_PEAK, "-c", "import sys; from brickscope.offline import open_spans; sum(1 for _ in open_spans(sys.argv[1]))", "{trace}"],
+    "flamegraph": [*_PEAK, "-m", "brickscope", "flamegraph", "{trace}", "-o", "{out}/out.folded", "-f", "-q"],
+    "convert": [*_PEAK, "-m", "brickscope", "convert", "{jsonl}", "-o", "{out}/converted.pftrace", "-f", "-q"],
+    "report": [*_PEAK, "-m", "brickscope", "report", "{trace}", "-q"],
+}
+
+
+def _generate_trace(path: Path, size: int) -> int:
+    from brickscope.exporter.perfetto import PerfettoSpanExporter
+
+    count = 0
+    with PerfettoSpanExporter(path, overwrite=True) as exporter:
+        while path.stat().st_size < size:
+            exporter.export(list(make_spans(BATCH, count)))
+            count += BATCH
+    return count
+
+
+def _generate_jsonl(path: Path, size: int) -> int:
+    count = 0
+    with open(path, "w", encoding="utf-8") as out:
+        while out.tell() < size:
+            out.write(_otlp_line(list(make_spans(BATCH // 8, count))))
+            count += BATCH // 8
+    return count
+
+
+def _value(value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, (tuple, list)):
+        return {"arrayValue": {"values": [_value(v) for v in value]}}
+    return {"stringValue": str(value)}
+
+
+def _otlp_line(spans: list) -> str:
+    encoded = [
+        {
+            "traceId": f"{s.context.trace_id:032x}",
+            "spanId": f"{s.context.span_id:016x}",
+            "parentSpanId": f"{s.parent.span_id:016x}" if s.parent else "",
+            "name": s.name,
+            "kind": 1,
+            "startTimeUnixNano": str(s.start_time),
+            "endTimeUnixNano": str(s.end_time),
+            "attributes": [{"key": k, "value": _value(v)} for k, v in s.attributes.items()],
+        }
+        for s in spans
+    ]
+    resource = [{"key": k, "value": _value(v)} for k, v in spans[0].resource.attributes.items()]
+    request = {"resourceSpans": [{"resource": {"attributes": resource}, "scopeSpans": [{"scope": {"name": "brickscope"}, "spans": encoded}]}]}
+    return json.dumps(request, separators=(",", ":")) + "\n"
+
+
+def _measure(command: list[str], paths: dict[str, str]) -> dict[str, float]:
+    args = [part.format(**paths) for part in command]
+    peak_file = Path(paths["out"]) / "peak.txt"
+    started = time.monotonic()
+    proc = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PEAK_FILE": str(peak_file)})
+    seconds = time.monotonic() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed: {proc.stderr.decode()}")
+    return {"peak_rss_mb": round(int(peak_file.read_text()) / 1024, 1), "seconds": round(seconds, 1)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size-mb", type=int, default=1024)
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/brickscope-bench"))
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--only", action="append", choices=sorted(COMMANDS))
+    args = parser.parse_args()
+    args.dir.mkdir(parents=True, exist_ok=True)
+    size = args.size_mb << 20
+    trace, jsonl = args.dir / f"trace-{args.size_mb}mb.pftrace", args.dir / f"spans-{args.size_mb}mb.jsonl"
+    made: dict[str, Any] = {}
+    if not trace.exists() or trace.stat().st_size < size:
+        made["trace_spans"] = _generate_trace(trace, size)
+    if not jsonl.exists() or jsonl.stat().st_size < size:
+        made["jsonl_spans"] = _generate_jsonl(jsonl, size)
+    paths = {"trace": str(trace), "jsonl": str(jsonl), "out": str(args.dir)}
+    results: dict[str, Any] = {
+        "trace_mb": round(trace.stat().st_size / 2**20, 1),
+        "jsonl_mb": round(jsonl.stat().st_size / 2**20, 1),
+        **made,
+    }
+    for name in args.only or COMMANDS:
+        results[name] = _measure(COMMANDS[name], paths)
+    if args.json:
+        print(json.dumps(results))
+    else:
+        for key, value in results.items():
+            print(f"{key:>12}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
