@@ -171,6 +171,22 @@ class TestExactMetricsUnderSampling:
             assert brick_metrics(reader)["rms_norm"] == (3, pytest.approx(3 * 10 / 1e9), 192)
             assert captured.session.stats()["pending"] == 0
 
+    def test_unsampled_bricks_leave_no_exemplar_even_under_a_sampled_current_span(self, clock):
+        """Resolved while a sampled user span is current, unsampled bricks must not point
+        exemplars at it: only the sampled step's bricks carry exemplars, all of their spans."""
+        reader = InMemoryMetricReader()
+        with capture_spans(step_sampling="every=2", meter_provider=MeterProvider(metric_readers=[reader])) as captured:
+            tracer = captured.session.tracer_provider.get_tracer("app")
+            with tracer.start_as_current_span("request"):
+                run_steps(clock, 2)
+                captured.session.sync()
+            kept = {s.context.span_id for s in captured.spans if s.name == "rms_norm"}
+        data = reader.get_metrics_data()
+        metrics = {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+        points = {p.attributes[A.BRICK_NAME]: p for p in metrics[A.METRIC_BRICK_DURATION].data.data_points}
+        assert points["rms_norm"].count == 2
+        assert {e.span_id for e in points["rms_norm"].exemplars} == kept
+
     def test_without_an_aggregator_unsampled_scopes_are_dropped_at_close(self, clock):
         with capture_spans(step_sampling="every=1000", aggregate=False) as captured:
             with bs.step(1), bs.brick("rms_norm"):

@@ -29,7 +29,7 @@ from typing import Any
 from opentelemetry import metrics as otel_metrics
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
-from opentelemetry.trace import NonRecordingSpan
+from opentelemetry.trace import INVALID_SPAN, NonRecordingSpan
 
 from brickscope import environment_variables as env
 from brickscope._otel_context import EMPTY_CONTEXT, with_span
@@ -47,6 +47,11 @@ from brickscope.trace.attributes import (
 from brickscope.version import __version__
 
 logger = logging.getLogger(__name__)
+
+#: The context metrics of a brick without a span are recorded in: no span, so no exemplar
+#: (an empty Context would not do: the SDK takes a falsy context as "the current one",
+#: which may be an unrelated sampled span).
+_NO_SPAN = with_span(EMPTY_CONTEXT, INVALID_SPAN)
 
 
 #: Histogram boundaries, seconds: 1 us to 10 s in 1-2.5-5 steps. The SDK's defaults
@@ -164,7 +169,7 @@ class CategoryAggregator(SpanProcessor):
             labels = self._labels.get((name, category))
             if labels is None:
                 labels = self._labels[(name, category)] = {BRICK_NAME: name, BRICK_CATEGORY: category}
-            self._duration.record(self_ns / 1e9, labels)
+            self._duration.record(self_ns / 1e9, labels, context=_NO_SPAN)
             if elements:  # summed here, added once per label at flush_metrics (one SDK call, same total)
                 key = (name, category)
                 self._unsampled_elements[key] = self._unsampled_elements.get(key, 0) + elements
@@ -177,7 +182,7 @@ class CategoryAggregator(SpanProcessor):
         pending, self._unsampled_elements = self._unsampled_elements, {}
         for key, total in pending.items():
             try:
-                self._elements.add(total, self._labels[key])
+                self._elements.add(total, self._labels[key], context=_NO_SPAN)
             except Exception:
                 self._failed()
 
