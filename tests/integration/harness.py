@@ -165,6 +165,18 @@ class PhasedApp:
             if line.startswith("PHASE"):
                 return float(line.split()[2])
 
+    def wait_stderr(self, text: str, timeout_s: float = 60) -> None:
+        """Wait until the app has written a line containing ``text`` to stderr (a log of an event it saw).
+
+        ``timeout_s`` only guards against a hang: the test moves on as soon as the line is there.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not any(text in line for line in list(self._stderr)):
+            if time.monotonic() >= deadline or self.proc.poll() is not None and not any(r.is_alive() for r in self._readers):
+                stderr = "".join(self._stderr)
+                raise AssertionError(f"the app never wrote {text!r} to stderr in {timeout_s} s: {stderr}")
+            time.sleep(0.02)
+
     def go_on(self) -> float:
         """Let the app start its next phase; returns the monotonic time it was told to."""
         assert self.proc.stdin is not None

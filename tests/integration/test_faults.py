@@ -12,7 +12,6 @@ dropped with a count, or failed with a count.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from typing import Any
 
@@ -32,9 +31,11 @@ EXPORT_TIMEOUT_S = 1.0
 #: the channel it made while the receiver was down; it retries on a new channel after a
 #: backoff of about 1 s, which only fits in a deadline of a few seconds (the default is 10).
 RECOVERY_TIMEOUT_S = 3.0
-#: A phase is a few ms of work; even on a loaded machine it stays far below the export
-#: timeout. A phase that waited for an export would take at least the timeout.
-PHASE_LIMIT_S = 0.5
+#: Every wait below ends on an event (a phase line, a received span, the app's
+#: ``EXPORT_FAILED`` line); this only stops a test that would hang. No test asserts how
+#: long anything took: that the app never waits for an exporter is shown by phases that
+#: end while the receiver holds the export call (nothing depends on speed or load).
+HANG_GUARD_S = 120
 
 
 def fault_env(receiver: Any, timeout_s: float = EXPORT_TIMEOUT_S, **extra: str) -> dict[str, str]:
@@ -101,13 +102,12 @@ class TestReceiverFaults:
         env = fault_env(receiver, RECOVERY_TIMEOUT_S)
         running = app.start(env, "--phases", "2", "--steps", "2", "--layers", str(LAYERS))
         try:
-            assert running.wait_phase() < PHASE_LIMIT_S
-            time.sleep(RECOVERY_TIMEOUT_S + 0.5)  # the first export, retries included, meets a closed port
+            running.wait_phase(HANG_GUARD_S)
+            running.wait_stderr("EXPORT_FAILED traces", HANG_GUARD_S)  # phase 0's export, retries included, met a closed port
             receiver.start()
             running.go_on()
-            result = running.finish(timeout_s=30)
+            result = running.finish(timeout_s=HANG_GUARD_S)
             assert_clean_exit(result)
-            assert max(result.report["phase_seconds"]) < PHASE_LIMIT_S
             assert steps_received(receiver, range(2, 4)) == 2 * SPANS_PER_STEP
             books = assert_accounted(result, receiver)
             assert books["failed"] > 0  # phase 0's batch met the closed port
@@ -118,16 +118,16 @@ class TestReceiverFaults:
         """A collector that dies and comes back: spans before and after arrive, those in between are counted."""
         env = fault_env(grpc_receiver, RECOVERY_TIMEOUT_S)
         running = app.start(env, "--phases", "3", "--steps", "2", "--layers", str(LAYERS))
-        assert running.wait_phase() < PHASE_LIMIT_S
-        assert grpc_receiver.wait_for(lambda r: steps_received(r, range(0, 2)) == 2 * SPANS_PER_STEP, timeout_s=10)
+        running.wait_phase(HANG_GUARD_S)
+        assert grpc_receiver.wait_for(lambda r: steps_received(r, range(0, 2)) == 2 * SPANS_PER_STEP, HANG_GUARD_S)
         port = grpc_receiver.port
         grpc_receiver.stop()
         running.go_on()
-        assert running.wait_phase() < PHASE_LIMIT_S
-        time.sleep(RECOVERY_TIMEOUT_S + 0.5)  # phase 1's export, retries included, fails
+        running.wait_phase(HANG_GUARD_S)
+        running.wait_stderr("EXPORT_FAILED traces", HANG_GUARD_S)  # phase 1's export, retries included, failed
         with GrpcReceiver(port=port) as restarted:
             running.go_on()
-            result = running.finish(timeout_s=30)
+            result = running.finish(timeout_s=HANG_GUARD_S)
             assert_clean_exit(result)
             assert steps_received(restarted, range(4, 6)) == 2 * SPANS_PER_STEP
             during_outage = steps_received(restarted, range(2, 4)) + steps_received(grpc_receiver, range(2, 4))
@@ -136,20 +136,21 @@ class TestReceiverFaults:
             assert books["failed"] > 0  # phase 1 met the dead receiver
 
     def test_receiver_killed_and_gone_bounds_the_exit(self, app, grpc_receiver):
-        """With the receiver gone for good, the app still exits, within the export timeouts of what is pending."""
+        """With the receiver gone for good, the app still exits cleanly: what is pending at exit fails, it does not hang.
+
+        The export timeout (1 s) ends the pending span batch's export, which the app
+        reports as failed; the hang guard (far above any timeout here) catches an exit
+        that waits forever. How long the exit took is not asserted: that depends on load.
+        """
         env = fault_env(grpc_receiver)
         running = app.start(env, "--phases", "2", "--steps", "2", "--layers", str(LAYERS))
-        running.wait_phase()
-        assert grpc_receiver.wait_for(lambda r: steps_received(r, range(0, 2)) == 2 * SPANS_PER_STEP, timeout_s=10)
+        running.wait_phase(HANG_GUARD_S)
+        assert grpc_receiver.wait_for(lambda r: steps_received(r, range(0, 2)) == 2 * SPANS_PER_STEP, HANG_GUARD_S)
         grpc_receiver.stop()
         running.go_on()
-        result = running.finish(timeout_s=30)
+        result = running.finish(timeout_s=HANG_GUARD_S)
         assert_clean_exit(result)
-        assert max(result.report["phase_seconds"]) < PHASE_LIMIT_S
-        # At exit one span batch and one metrics export are pending, each bounded by the
-        # export timeout; the rest is interpreter start-up noise.
-        assert result.report["shutdown_seconds"] < 2 * EXPORT_TIMEOUT_S + 1.0
-        assert result.seconds < 4 * EXPORT_TIMEOUT_S + 2.0
+        assert "EXPORT_FAILED traces" in result.stderr  # phase 1's spans were given up, not waited for
         assert steps_received(grpc_receiver, range(2, 4)) == 0
 
     def test_unavailable_then_recovering(self, app, grpc_receiver):
@@ -161,7 +162,6 @@ class TestReceiverFaults:
         )  # fmt: skip
         assert_clean_exit(result)
         assert grpc_receiver.rejected["traces"] == 2
-        assert max(result.report["phase_seconds"]) < PHASE_LIMIT_S
         books = assert_accounted(result, grpc_receiver)
         assert books["dropped"] == books["failed"] == 0
         assert len(grpc_receiver.spans()) == 3 * SPANS_PER_STEP + 1
@@ -185,14 +185,15 @@ class TestReceiverFaults:
             OTEL_BSP_SCHEDULE_DELAY="600000",
         )
         running = app.start(env, "--phases", "3", "--steps", "2", "--layers", str(LAYERS), "--no-generate-span", "--pause-at-end")
-        running.wait_phase()  # phase 0: one full batch, handed to the exporter...
-        assert grpc_receiver.wait_for(lambda r: r.holding["traces"] == 1, timeout_s=60)  # ...and held there
+        running.wait_phase(HANG_GUARD_S)  # phase 0: one full batch, handed to the exporter...
+        assert grpc_receiver.wait_for(lambda r: r.holding["traces"] == 1, HANG_GUARD_S)  # ...and held there
         for _ in range(2):  # phases 1 and 2: 60 spans behind a stuck exporter, into a queue of 45
             running.go_on()
-            running.wait_phase()
+            running.wait_phase(HANG_GUARD_S)
+        assert grpc_receiver.holding["traces"] == 1  # the phases ended while the export call was still held
         grpc_receiver.release_held(grpc.StatusCode.INVALID_ARGUMENT)  # not retryable: the batch fails
         running.go_on()
-        result = running.finish(timeout_s=120)
+        result = running.finish(timeout_s=HANG_GUARD_S)
         assert_clean_exit(result)
         books = assert_accounted(result, grpc_receiver, batch=batch, extra_spans=0)
         made = 3 * per_phase
@@ -201,13 +202,25 @@ class TestReceiverFaults:
         assert "Queue full, dropping Span." in result.stderr
 
     def test_a_burst_does_not_wait_for_a_dead_receiver(self, app, grpc_receiver):
-        """Sync points that release hundreds of spans while the receiver is gone block no longer than the export timeout."""
-        env = fault_env(grpc_receiver, OTEL_BSP_MAX_QUEUE_SIZE="256", OTEL_BSP_MAX_EXPORT_BATCH_SIZE="64")
+        """Sync points that release hundreds of spans while the exporter is stuck do not wait for it.
+
+        The receiver holds the first export call until the test releases it (the export
+        timeout is far longer than the test): the burst phase can only end while the call
+        is held if the app never waits for the exporter. Nothing here depends on speed.
+        """
+        batch = 64
+        env = fault_env(grpc_receiver, 600, OTEL_BSP_MAX_QUEUE_SIZE="256", OTEL_BSP_MAX_EXPORT_BATCH_SIZE=str(batch))
         layers = 40  # 281 spans per step, all released when the step closes
-        running = app.start(env, "--phases", "2", "--steps", "3", "--layers", str(layers))
-        running.wait_phase()
-        grpc_receiver.stop()
+        grpc_receiver.hold_next(1)
+        running = app.start(env, "--phases", "2", "--steps", "3", "--layers", str(layers), "--pause-at-end")
+        running.wait_phase(HANG_GUARD_S)
+        assert grpc_receiver.wait_for(lambda r: r.holding["traces"] == 1, HANG_GUARD_S)  # the exporter is stuck
         running.go_on()
-        result = running.finish(timeout_s=60)
+        running.wait_phase(HANG_GUARD_S)  # phase 1: 843 spans released behind the stuck exporter
+        assert grpc_receiver.holding["traces"] == 1  # the burst ended while the export call was still held
+        grpc_receiver.release_held(grpc.StatusCode.INVALID_ARGUMENT)  # not retryable: that batch fails
+        running.go_on()
+        result = running.finish(timeout_s=HANG_GUARD_S)
         assert_clean_exit(result)
-        assert result.report["phase_seconds"][1] < EXPORT_TIMEOUT_S
+        books = assert_accounted(result, grpc_receiver, batch=batch)
+        assert 0 < books["failed"] <= batch and books["lost"] > 0  # the held batch failed; the full queue shed

@@ -14,7 +14,8 @@ enqueues simulated GPU work of a known duration on a stream of its own, so the
 bricks' GPU time is known: see ``KERNEL_NS``.
 
 Phases (``--phases``) are separated by a handshake for fault tests: the app prints
-``PHASE <k> <seconds>`` and waits for a line on stdin. ``--annotate`` adds attributes and
+``PHASE <k> <seconds>`` and waits for a line on stdin; an OTLP gRPC export that fails
+prints ``EXPORT_FAILED <signal>`` to stderr. ``--annotate`` adds attributes and
 events inside the attention bricks the way OTel users do (``trace.get_current_span()``) and
 with ``bs.event``. ``--spawn-child`` starts a
 second rank inside step 0 with the trace context in ``TRACEPARENT``. ``--no-setup``
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -93,6 +95,23 @@ def spawn_child(args: argparse.Namespace) -> subprocess.Popen:
     )  # fmt: skip
 
 
+def report_export_failures() -> None:
+    """Print ``EXPORT_FAILED <signal>`` to stderr each time an OTLP gRPC exporter gives a batch up.
+
+    The exporter logs that failure, but its logger drops a record equal to the last one
+    (whatever the signal) for up to 20 s; this filter, put first, sees every record. Fault
+    tests wait for the line instead of sleeping through the exporter's retries.
+    """
+
+    class SeeFailures(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if str(record.msg).startswith("Failed to export") and record.args:
+                print(f"EXPORT_FAILED {record.args[0]}", file=sys.stderr, flush=True)
+            return True
+
+    logging.getLogger("opentelemetry.exporter.otlp.proto.grpc.exporter").filters.insert(0, SeeFailures())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=2, help="steps per phase")
@@ -107,6 +126,7 @@ def main() -> int:
     parser.add_argument("--pause-at-end", action="store_true", help="the handshake after the last phase too")
     args = parser.parse_args()
 
+    report_export_failures()
     session = None if args.no_setup else bs.configure()
     sim, stream = simulated_gpu(args.simdriver) if args.simdriver else (None, None)
     tracer = trace.get_tracer("decoder_app")
