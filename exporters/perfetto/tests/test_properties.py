@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pftrace_testlib import T0, decode_trace, expected_slices, gpu_attributes, make_span
 
@@ -90,6 +90,26 @@ def _batches(draw):
     return spans, [spans[a:b] for a, b in zip(edges, edges[1:]) if b > a]
 
 
+def _gpu_span(span_id, start, end, host_start, parent=None):
+    """A GPU-timed span on device 0, stream 0, launched at ``host_start`` for 0 ns (times in ticks of 10 ns)."""
+    attributes = gpu_attributes(T0 + 10 * host_start, 0, 10 * (end - start), device=0, stream=0)
+    return make_span(span_id, "", T0 + 10 * start, T0 + 10 * end, parent, attributes=attributes)
+
+
+def _one_batch(*spans):
+    return list(spans), [list(spans)]
+
+
+#: Found by hypothesis: GPU slices with the same end on one stream, the flow ending on
+#: their END events. The writer wrote those ENDs outermost first, so each closed the other
+#: slice and took its flow (and the reader then took the wrong launch interval).
+_SAME_END_REGRESSIONS = (
+    _one_batch(_gpu_span(1, 0, 1, host_start=4), _gpu_span(2, 0, 1, host_start=0)),
+    _one_batch(_gpu_span(1, 0, 6, host_start=0), _gpu_span(2, 0, 6, host_start=0, parent=1)),
+    _one_batch(_gpu_span(1, 3, 6, host_start=5), _gpu_span(2, 5, 6, host_start=0, parent=1)),
+)
+
+
 def _same(a, b):
     if isinstance(a, float) and isinstance(b, float):
         return a == b or (math.isnan(a) and math.isnan(b))
@@ -99,6 +119,9 @@ def _same(a, b):
 class TestRoundTrip:
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(_batches())
+    @example(_SAME_END_REGRESSIONS[0])
+    @example(_SAME_END_REGRESSIONS[1])
+    @example(_SAME_END_REGRESSIONS[2])
     def test_decoded_slices_equal_the_spans(self, tmp_path_factory, drawn):
         """Every span (and GPU launch) decodes to one slice at its exact time, with no rule broken."""
         spans, batches = drawn

@@ -222,15 +222,18 @@ class TraceWriter:
             piece.uuid = self._place(piece.track, piece.start, piece.end)
         self._budget()
         # (ts, order, phase, tiebreak, item): at one timestamp, events keep the order
-        # their slices were placed in, which is what the lane rules assume. The first
-        # four members never repeat, so sorting never compares the items.
+        # their slices were placed in, which is what the lane rules assume, except the
+        # ENDs of slices that began earlier: they come first, innermost (latest placed)
+        # first, because an END closes whatever slice is open on top of its track and
+        # a flow ending there must land on its own slice. The first four members never
+        # repeat, so sorting never compares the items.
         events: list[tuple[int, int, int, int, Any]] = []
         mains = {p.span.context.span_id: p for p in slices if p.main}
         extra = len(slices)
         for piece in slices:
             order = piece.order
             events.append((piece.start, order, 0, 0, piece))
-            events.append((piece.end, order, 1, 0, piece))
+            events.append((piece.end, order if piece.end == piece.start else -1 - order, 1, 0, piece))
             if piece.main:
                 # Events are host-clock instants: a GPU span's go on its launch slice's thread track.
                 where = piece.launch if piece.launch is not None else piece
