@@ -31,7 +31,7 @@ def run_and_collect(app: Any, receiver: Any, protocol: str, **env: str) -> tuple
         "--steps", str(STEPS), "--layers", str(LAYERS),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert receiver.wait_for(lambda r: len(r.spans()) >= EXPECTED_SPANS, timeout_s=10)
+    assert receiver.wait_for(lambda r: len(r.spans()) >= EXPECTED_SPANS, timeout_s=60)
     return result, receiver.spans()
 
 
@@ -124,7 +124,7 @@ def test_data_added_inside_a_brick_arrives_on_its_span(app, grpc_receiver, http_
     receiver = grpc_receiver if protocol == "grpc" else http_receiver
     result = app.run(otlp_env(receiver, protocol), "--steps", str(STEPS), "--layers", str(LAYERS), "--annotate")
     assert result.returncode == 0, result.stderr
-    assert receiver.wait_for(lambda r: len(r.spans()) >= EXPECTED_SPANS, timeout_s=10)
+    assert receiver.wait_for(lambda r: len(r.spans()) >= EXPECTED_SPANS, timeout_s=60)
     spans = receiver.spans()
     attention = [s for s in by_kind(spans, "brick") if s.name == "attention"]
     assert len(attention) == STEPS * LAYERS
@@ -144,7 +144,7 @@ class TestMetricsAtTheReceiver:
     def test_duration_histogram_matches_the_bricks(self, exported):
         """Per brick, the histogram counts every brick span and sums their self times."""
         _, spans, receiver = exported
-        assert receiver.wait_for(lambda r: _histograms(r) == {b for b, *_ in BRICKS}, timeout_s=5)
+        assert receiver.wait_for(lambda r: _histograms(r) == {b for b, *_ in BRICKS}, timeout_s=60)
         latest = receiver.latest_points()
         for brick, category, *_ in BRICKS:
             point = latest[(A.METRIC_BRICK_DURATION, ((A.BRICK_CATEGORY, category), (A.BRICK_NAME, brick)))]
@@ -156,7 +156,7 @@ class TestMetricsAtTheReceiver:
     def test_elements_counter(self, exported):
         """The elements counter adds up the elements of every brick."""
         _, _, receiver = exported
-        assert receiver.wait_for(lambda r: _histograms(r) == {b for b, *_ in BRICKS}, timeout_s=5)
+        assert receiver.wait_for(lambda r: _histograms(r) == {b for b, *_ in BRICKS}, timeout_s=60)
         latest = receiver.latest_points()
         for brick, category, *_ in BRICKS:
             point = latest[(A.METRIC_BRICK_ELEMENTS, ((A.BRICK_CATEGORY, category), (A.BRICK_NAME, brick)))]
@@ -165,7 +165,7 @@ class TestMetricsAtTheReceiver:
     def test_exemplars_point_at_brick_spans(self, exported):
         """Duration exemplars carry the trace and span id of a received brick span of that brick."""
         _, spans, receiver = exported
-        assert receiver.wait_for(lambda r: _histograms(r) == {b for b, *_ in BRICKS}, timeout_s=5)
+        assert receiver.wait_for(lambda r: _histograms(r) == {b for b, *_ in BRICKS}, timeout_s=60)
         bricks = {(s.trace_id, s.span_id): s for s in by_kind(spans, "brick")}
         seen = 0
         for point in receiver.points():
@@ -201,7 +201,7 @@ class TestGpuSpansAtTheReceiver:
             "--simdriver", str(simdriver_lib),
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
-        assert grpc_receiver.wait_for(lambda r: len(r.spans()) >= EXPECTED_SPANS, timeout_s=10)
+        assert grpc_receiver.wait_for(lambda r: len(r.spans()) >= EXPECTED_SPANS, timeout_s=60)
         return result, grpc_receiver.spans()
 
     def test_bricks_last_their_gpu_time(self, gpu_run):

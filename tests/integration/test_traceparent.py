@@ -41,7 +41,7 @@ class TestTwoProcesses:
         assert result.report["child_returncode"] == 0
         parent_spans = 1 + 1 + (STEPS - 1) * SPANS_PER_STEP  # generate, the spawning step, the others
         child_spans = STEPS * SPANS_PER_STEP
-        assert grpc_receiver.wait_for(lambda r: len(r.spans()) >= parent_spans + child_spans, timeout_s=10)
+        assert grpc_receiver.wait_for(lambda r: len(r.spans()) >= parent_spans + child_spans, timeout_s=60)
         spans = grpc_receiver.spans()
         assert {s.trace_id for s in spans} == {result.report["trace_id"]}
         by_rank = {rank: [s for s in spans if s.resource[A.RANK] == rank] for rank in (0, 1)}
@@ -58,7 +58,7 @@ class TestTwoProcesses:
                 "--steps", str(STEPS), "--layers", str(LAYERS), "--no-generate-span",
             )  # fmt: skip
             assert result.returncode == 0, result.stderr
-        assert grpc_receiver.wait_for(lambda r: len(r.spans()) >= 2 * STEPS * SPANS_PER_STEP, timeout_s=10)
+        assert grpc_receiver.wait_for(lambda r: len(r.spans()) >= 2 * STEPS * SPANS_PER_STEP, timeout_s=60)
         spans = grpc_receiver.spans()
         assert {s.trace_id for s in spans} == {f"{TRACE_ID:032x}"}
         steps = [s for s in spans if s.name == "step"]
