@@ -12,28 +12,10 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 import brickscope as bs
 from brickscope import environment_variables as env
 from brickscope.testing import capture_spans
-from brickscope.trace import _recorder
 from brickscope.trace import attributes as A
 
 
-class DrivenClock:
-    """Stands in for perf_counter_ns where the recorder reads it: each read returns ``now``."""
-
-    def __init__(self) -> None:
-        self.now = 1_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    driven = DrivenClock()
-    monkeypatch.setattr(_recorder, "perf_counter_ns", driven)
-    return driven
-
-
-def run_steps(clock: DrivenClock, steps: int) -> None:
+def run_steps(clock, steps: int) -> None:
     """Each step: attention (50 ns) with rms_norm (10 ns, 64 elements) inside, then lm_head (7 ns)."""
     for number in range(steps):
         with bs.step(number):
@@ -132,7 +114,7 @@ class TestScheduledSpans:
 
 
 class TestExactMetricsUnderSampling:
-    def metrics_of(self, clock: DrivenClock, **configure_kwargs) -> tuple[dict, int, int]:
+    def metrics_of(self, clock, **configure_kwargs) -> tuple[dict, int, int]:
         reader = InMemoryMetricReader()
         with capture_spans(meter_provider=MeterProvider(metric_readers=[reader]), **configure_kwargs) as captured:
             run_steps(clock, 10)

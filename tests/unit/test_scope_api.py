@@ -13,25 +13,7 @@ from opentelemetry import trace
 
 import brickscope as bs
 from brickscope.testing import capture_spans
-from brickscope.trace import _recorder
 from brickscope.trace import attributes as A
-
-
-class DrivenClock:
-    """Stands in for perf_counter_ns where the recorder reads it: each read returns ``now``."""
-
-    def __init__(self) -> None:
-        self.now = 1_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    driven = DrivenClock()
-    monkeypatch.setattr(_recorder, "perf_counter_ns", driven)
-    return driven
 
 
 def by_name(spans):
