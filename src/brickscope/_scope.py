@@ -118,7 +118,8 @@ class _Scope:
     # __enter__/__exit__ inline _enter/_exit: a call less on the hottest path.
     def __enter__(self) -> _Scope:
         recorder = _state.recorder
-        if recorder is not None and (_state.compiling is None or not _state.compiling()):
+        compiling = _state.compiling
+        if recorder is not None and (compiling is None or not compiling()):
             try:
                 recorder.open(self, self)
             except Exception:
@@ -126,7 +127,8 @@ class _Scope:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        if _state.compiling is not None and _state.compiling():
+        compiling = _state.compiling
+        if compiling is not None and compiling():
             return
         rec = _TOP_get()
         if rec is not None and rec.opener is self:  # closing sets opener None
@@ -328,7 +330,8 @@ class _Entry:
 
     def __enter__(self) -> _Entry:
         recorder = _state.recorder
-        if recorder is None or (_state.compiling is not None and _state.compiling()):
+        compiling = _state.compiling
+        if recorder is None or (compiling is not None and compiling()):
             self._record = None
         else:
             try:
