@@ -108,7 +108,10 @@ class TestReceiverFaults:
             running.go_on()
             result = running.finish(timeout_s=HANG_GUARD_S)
             assert_clean_exit(result)
-            assert steps_received(receiver, range(2, 4)) == 2 * SPANS_PER_STEP
+            # Phase 1 is one batch. It arrives whole, or, when gRPC's reconnect backoff
+            # (grown by phase 0's failures, in wall-clock time) outlasts its export
+            # deadline, it fails whole and is counted: never lost, never split.
+            assert steps_received(receiver, range(2, 4)) in (0, 2 * SPANS_PER_STEP)
             books = assert_accounted(result, receiver)
             assert books["failed"] > 0  # phase 0's batch met the closed port
         finally:
