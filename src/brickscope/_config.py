@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from brickscope import _environment, _kernel_sources, _record, _resource, _self_metrics, _state, propagation
 from brickscope._clock import host_ns
 from brickscope import environment_variables as env
-from brickscope.trace._aggregation import CategoryAggregator
+from brickscope.trace._aggregation import CategoryAggregator, duration_histogram_mode
 from brickscope.trace._sampling import StepSampling
 from brickscope.trace._sync import RESOLVERS, SYNC_MODES, GpuSyncSpanProcessor
 
@@ -169,6 +169,7 @@ def configure(
     sync_timeout_millis: float = 1000.0,
     step_sampling: StepSampling | str | None = None,
     resolver: str | None = None,
+    duration_histogram: str | None = None,
 ) -> Session:
     """Install brickscope on ``tracer_provider`` (default: the global one) and turn scopes on.
 
@@ -211,6 +212,11 @@ def configure(
         resolver: ``"inline"`` (default, or ``BRICKSCOPE_RESOLVER``): resolution at sync
             points on the thread reaching them; ``"thread"``: a resolver thread does
             it, the application thread only records.
+        duration_histogram: which bricks the ``brickscope.brick.duration`` histogram
+            records: ``"sampled"`` (default, or ``BRICKSCOPE_DURATION_HISTOGRAM``: the
+            bricks that have a span, with exemplars), ``"all"`` (every brick: one OTel
+            SDK call each) or ``"off"``. Exact count, self time and elements of every
+            brick are observable counters either way.
 
     Raises:
         ValueError: an unknown sync mode or clock, a bad bound, ``clock="cuda"``
@@ -234,6 +240,7 @@ def configure(
         _check_positive("sync_timeout_millis", sync_timeout_millis)
         step_sampling = _step_sampling(step_sampling)
         resolver = _choice("resolver", resolver, env.BRICKSCOPE_RESOLVER, "inline", RESOLVERS)
+        duration_histogram = duration_histogram_mode(duration_histogram)
         if tracer_provider is not None and not isinstance(tracer_provider, TracerProvider):
             raise TypeError(
                 "brickscope: tracer_provider must be an opentelemetry.sdk.trace.TracerProvider, "
@@ -285,11 +292,12 @@ def configure(
             step_sampling=step_sampling,
             aggregate_unsampled=aggregate,
             resolver=resolver,
+            unsampled_values=aggregate and duration_histogram == "all",
         )
         built_meter_provider = None
         if meter_provider is None and aggregate and not sdk_disabled:
             meter_provider = built_meter_provider = _meter_provider_from_environment(tracer_provider.resource)
-        aggregator = CategoryAggregator(meter_provider) if aggregate else None
+        aggregator = CategoryAggregator(meter_provider, duration_histogram=duration_histogram) if aggregate else None
 
         # 3. Act: register, install, switch scopes over in one assignment, retire the old session.
         owns_provider = False

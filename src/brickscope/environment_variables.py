@@ -29,3 +29,9 @@ BRICKSCOPE_STEP_SAMPLING = "BRICKSCOPE_STEP_SAMPLING"
 #: Where scopes are resolved into spans: ``inline`` (default: at sync points, on the
 #: thread reaching them) or ``thread`` (a resolver thread; the app thread only records).
 BRICKSCOPE_RESOLVER = "BRICKSCOPE_RESOLVER"
+
+#: Which bricks the ``brickscope.brick.duration`` histogram records
+#: (``configure(duration_histogram=...)``): ``sampled`` (default: those with a span),
+#: ``all`` (one OTel SDK call per brick) or ``off``. Exact count, self time and elements
+#: of every brick are counted either way.
+BRICKSCOPE_DURATION_HISTOGRAM = "BRICKSCOPE_DURATION_HISTOGRAM"

@@ -48,5 +48,13 @@ class TestPrometheus:
         assert counts == {"rms_norm": STEPS * LAYERS, "attention": STEPS * LAYERS, "ffn_down": STEPS * LAYERS}
         elements = {s.labels["brickscope_brick_name"]: s.value for s in families["brickscope_brick_elements"]}
         assert elements == {brick: STEPS * LAYERS * 4096 for brick in counts}
+        # the exact counters, under the names docs/deploy.md's queries use
+        exact = {s.labels["brickscope_brick_name"]: s.value for s in families["brickscope_brick_count"]}
+        assert exact == counts
+        sums = {s.labels["brickscope_brick_name"]: s.value for s in families["brickscope_brick_duration_seconds"]
+                if s.name.endswith("_sum")}  # fmt: skip
+        self_time = families["brickscope_brick_self_time_seconds"]
+        assert {s.name for s in self_time} == {"brickscope_brick_self_time_seconds_total"}
+        assert {s.labels["brickscope_brick_name"]: s.value for s in self_time} == pytest.approx(sums)
         (info,) = families["target_info"]
         assert info.labels["brickscope_rank"] == "1" and info.labels["service_name"] == "decoder-prom"

@@ -137,8 +137,10 @@ class TestResolverThread:
         metrics = {
             m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
         }
+        (count,) = metrics[A.METRIC_BRICK_COUNT].data.data_points
+        assert count.value == 20
         (point,) = metrics[A.METRIC_BRICK_DURATION].data.data_points
-        assert point.count == 20
+        assert point.count == 3 * 4  # the default histogram: the bricks of the sampled steps
         (elements,) = metrics[A.METRIC_BRICK_ELEMENTS].data.data_points
         assert elements.value == 5 * (0 + 1 + 2 + 3)
 

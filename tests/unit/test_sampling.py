@@ -28,13 +28,28 @@ def run_steps(clock, steps: int) -> None:
                 clock.now += 7
 
 
-def brick_metrics(reader: InMemoryMetricReader) -> dict[str, tuple]:
-    """brick name -> (histogram count, histogram sum in s, elements counter) from the reader."""
+def metrics_by_name(reader: InMemoryMetricReader) -> dict:
     data = reader.get_metrics_data()
-    metrics = {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-    durations = {p.attributes[A.BRICK_NAME]: p for p in metrics[A.METRIC_BRICK_DURATION].data.data_points}
-    elements = {p.attributes[A.BRICK_NAME]: p.value for p in metrics[A.METRIC_BRICK_ELEMENTS].data.data_points}
-    return {name: (p.count, p.sum, elements.get(name, 0)) for name, p in durations.items()}
+    return {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+
+
+def brick_metrics(reader: InMemoryMetricReader) -> dict[str, tuple]:
+    """brick name -> (count, self time in s, elements) from the exact counters the reader collects."""
+    metrics = metrics_by_name(reader)
+
+    def values(name: str) -> dict[str, float]:
+        return {p.attributes[A.BRICK_NAME]: p.value for p in metrics[name].data.data_points}
+
+    counts, self_times = values(A.METRIC_BRICK_COUNT), values(A.METRIC_BRICK_SELF_TIME)
+    elements = values(A.METRIC_BRICK_ELEMENTS)
+    return {name: (counts[name], self_times[name], elements.get(name, 0)) for name in counts}
+
+
+def histogram(reader: InMemoryMetricReader) -> dict[str, tuple]:
+    """brick name -> (count, sum in s) of the duration histogram; {} when it recorded nothing."""
+    metric = metrics_by_name(reader).get(A.METRIC_BRICK_DURATION)
+    points = metric.data.data_points if metric is not None else ()
+    return {p.attributes[A.BRICK_NAME]: (p.count, p.sum) for p in points}
 
 
 class TestStepSamplingPolicy:
@@ -114,7 +129,7 @@ class TestScheduledSpans:
 
 
 class TestExactMetricsUnderSampling:
-    def metrics_of(self, clock, **configure_kwargs) -> tuple[dict, int, int]:
+    def metrics_of(self, clock, **configure_kwargs) -> tuple[dict, int, int, dict]:
         reader = InMemoryMetricReader()
         with capture_spans(meter_provider=MeterProvider(metric_readers=[reader]), **configure_kwargs) as captured:
             run_steps(clock, 10)
@@ -122,12 +137,13 @@ class TestExactMetricsUnderSampling:
             metrics = brick_metrics(reader)
             spans = len(captured.spans)
             unsampled = captured.session.aggregator.unsampled_bricks
-        return metrics, spans, unsampled
+            durations = histogram(reader)
+        return metrics, spans, unsampled, durations
 
     @pytest.mark.parametrize("policy", ["every=4", "wait=2,warmup=1,active=1", "every=1000"])
     def test_counts_and_sums_equal_the_unsampled_run(self, clock, policy):
-        full, full_spans, full_unsampled = self.metrics_of(clock)
-        sampled, sampled_spans, sampled_unsampled = self.metrics_of(clock, step_sampling=policy)
+        full, full_spans, full_unsampled, _ = self.metrics_of(clock)
+        sampled, sampled_spans, sampled_unsampled, _ = self.metrics_of(clock, step_sampling=policy)
         assert sampled == full
         assert full_unsampled == 0
         assert sampled_spans < full_spans
@@ -135,10 +151,42 @@ class TestExactMetricsUnderSampling:
         kept = full_spans // 4 - sampled_spans // 4
         assert sampled_unsampled == 3 * kept
 
+    @pytest.mark.parametrize("policy", ["every=4", "every=1000"])
+    def test_the_all_histogram_equals_the_unsampled_run_too(self, clock, policy):
+        _, _, _, full = self.metrics_of(clock, duration_histogram="all")
+        _, _, _, sampled = self.metrics_of(clock, step_sampling=policy, duration_histogram="all")
+        assert sampled == full
+        assert full["rms_norm"] == (10, pytest.approx(10 * 10 / 1e9))
+
+    def test_the_default_histogram_records_the_sampled_bricks_only(self, clock):
+        """every=4 keeps steps 0, 4 and 8: three values per brick; the counters have all ten."""
+        metrics, _, _, durations = self.metrics_of(clock, step_sampling="every=4")
+        assert durations["rms_norm"] == (3, pytest.approx(3 * 10 / 1e9))
+        assert durations["lm_head"] == (3, pytest.approx(3 * 7 / 1e9))
+        assert metrics["rms_norm"][0] == 10
+
+    def test_the_histogram_can_be_turned_off_and_the_counters_stay_exact(self, clock):
+        full, _, _, _ = self.metrics_of(clock)
+        metrics, _, _, durations = self.metrics_of(clock, step_sampling="every=4", duration_histogram="off")
+        assert durations == {}
+        assert metrics == full
+
+    def test_gpu_style_resolution_folds_the_same_totals(self, clock):
+        """Unsampled bricks that wait to be resolved (as GPU-timed ones do) sum to the
+        same figures as those folded where they end (the host clock's fast path)."""
+        folded_at_close, _, _, _ = self.metrics_of(clock, step_sampling="every=4")
+        reader = InMemoryMetricReader()
+        with capture_spans(step_sampling="every=4", meter_provider=MeterProvider(metric_readers=[reader])) as captured:
+            captured.session.sync_processor.recorder.fold_closed = None  # the resolver's path
+            run_steps(clock, 10)
+            captured.session.sync()
+            resolved = brick_metrics(reader)
+        assert resolved == folded_at_close
+
     def test_figures_are_the_bricks_self_times(self, clock):
         """Hand-computed: attention 50 ns minus its nested rms_norm 10 ns, ten steps."""
-        metrics, _, _ = self.metrics_of(clock, step_sampling="every=3")
-        assert metrics["attention_score"][:2] == (10, pytest.approx(10 * 40 / 1e9))
+        metrics, _, _, _ = self.metrics_of(clock, step_sampling="every=3")
+        assert metrics["attention_score"] == (10, pytest.approx(10 * 40 / 1e9), 0)
         assert metrics["rms_norm"] == (10, pytest.approx(10 * 10 / 1e9), 640)
         assert metrics["lm_head"] == (10, pytest.approx(10 * 7 / 1e9), sum(range(10)))
 
@@ -157,14 +205,15 @@ class TestExactMetricsUnderSampling:
         """Resolved while a sampled user span is current, unsampled bricks must not point
         exemplars at it: only the sampled step's bricks carry exemplars, all of their spans."""
         reader = InMemoryMetricReader()
-        with capture_spans(step_sampling="every=2", meter_provider=MeterProvider(metric_readers=[reader])) as captured:
+        with capture_spans(
+            step_sampling="every=2", duration_histogram="all", meter_provider=MeterProvider(metric_readers=[reader])
+        ) as captured:
             tracer = captured.session.tracer_provider.get_tracer("app")
             with tracer.start_as_current_span("request"):
                 run_steps(clock, 2)
                 captured.session.sync()
             kept = {s.context.span_id for s in captured.spans if s.name == "rms_norm"}
-        data = reader.get_metrics_data()
-        metrics = {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+        metrics = metrics_by_name(reader)
         points = {p.attributes[A.BRICK_NAME]: p for p in metrics[A.METRIC_BRICK_DURATION].data.data_points}
         assert points["rms_norm"].count == 2
         assert {e.span_id for e in points["rms_norm"].exemplars} == kept

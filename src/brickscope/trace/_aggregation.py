@@ -7,9 +7,12 @@ beyond ``max_spans`` are counted, not kept), so ``report()`` is the same
 analysis ``brickscope report`` makes of a trace file, and the per-brick and
 per-category figures (:attr:`bricks`, :attr:`categories`) are views of it, not
 a second aggregation. Times are **self time**: a brick's duration minus the
-durations of bricks nested inside it, so nothing is counted twice. Brick spans
-also go to OTel metrics: a duration histogram and an elements counter, labelled
-by brick and category only (kernel names would explode metric cardinality).
+durations of bricks nested inside it, so nothing is counted twice. Bricks also
+go to OTel metrics, labelled by brick and category only (kernel names would
+explode metric cardinality): exact count, self time and elements of every brick,
+sampled or not (``_totals``: the metrics' own aggregation, read once per
+collection, not a second analysis), and a duration histogram of the bricks that
+have a span (or of all, or none: ``duration_histogram``).
 
 Example::
 
@@ -35,6 +38,7 @@ from brickscope import environment_variables as env
 from brickscope._otel_context import EMPTY_CONTEXT, with_span
 from brickscope.analysis._backend import PythonBackend, get_backend
 from brickscope.analysis._table import Table, TableBuilder
+from brickscope.trace import _totals
 from brickscope.trace import attributes as A
 from brickscope.trace.attributes import (
     BRICK_CATEGORY,
@@ -93,11 +97,34 @@ class Stat:
         return self.elements / (self.total_ns / 1e9) if self.total_ns else 0.0
 
 
+#: What the ``brickscope.brick.duration`` histogram records: the bricks that have a span
+#: (default), every brick, or nothing. Exact totals are counted for every brick either way.
+DURATION_HISTOGRAMS = ("sampled", "all", "off")
+
+
+def duration_histogram_mode(value: str | None) -> str:
+    """``value``, else ``BRICKSCOPE_DURATION_HISTOGRAM``, else ``"sampled"``; checked."""
+    source = ""
+    if value is None:
+        value = os.environ.get(env.BRICKSCOPE_DURATION_HISTOGRAM, "").strip().lower() or "sampled"
+        source = f" (from {env.BRICKSCOPE_DURATION_HISTOGRAM})" if env.BRICKSCOPE_DURATION_HISTOGRAM in os.environ else ""
+    if value not in DURATION_HISTOGRAMS:
+        raise ValueError(
+            f"brickscope: unknown duration_histogram {value!r}{source}; expected one of {DURATION_HISTOGRAMS}"
+        )
+    return value
+
+
 class CategoryAggregator(SpanProcessor):
     """Aggregates brick spans per brick and per category, and records OTel metrics.
 
     ``on_end`` runs on whichever thread ended the span; it takes a lock for a few
     dictionary updates and never raises.
+
+    Metrics, labelled by brick and category: exact totals of every brick, sampled or
+    not, as observable counters read once per collection (``brickscope.brick.count``,
+    ``brickscope.brick.self_time``, ``brickscope.brick.elements``; see ``_totals``), and
+    the ``brickscope.brick.duration`` histogram, which costs one SDK call per value.
 
     Args:
         meter_provider: where the metrics go; default: the global MeterProvider
@@ -105,26 +132,33 @@ class CategoryAggregator(SpanProcessor):
         max_spans: spans kept for the report; later ones are counted in
             :attr:`dropped` (metrics still see them). Default
             ``BRICKSCOPE_REPORT_MAX_SPANS``, else :data:`DEFAULT_MAX_SPANS`.
+        duration_histogram: which bricks the histogram records: ``"sampled"`` (those
+            with a span, with exemplars: the default), ``"all"`` (every brick; the
+            pipeline must hand over unsampled bricks' values, see ``configure()``) or
+            ``"off"``. Default ``BRICKSCOPE_DURATION_HISTOGRAM``, else ``"sampled"``.
 
     .. versionadded:: 0.1.0
     """
 
     def __init__(
-        self, meter_provider: otel_metrics.MeterProvider | None = None, max_spans: int | None = None
+        self,
+        meter_provider: otel_metrics.MeterProvider | None = None,
+        max_spans: int | None = None,
+        duration_histogram: str | None = None,
     ) -> None:
+        self.duration_histogram = duration_histogram_mode(duration_histogram)
         meter_provider = meter_provider or otel_metrics.get_meter_provider()
-        meter = meter_provider.get_meter("brickscope", __version__)
         # Exemplars cost a context per span; only an SDK MeterProvider can keep them.
         self._exemplars = isinstance(meter_provider, SdkMeterProvider)
-        self._duration = meter.create_histogram(
-            A.METRIC_BRICK_DURATION,
-            unit="s",
-            description="Self time of a brick (nested bricks excluded).",
-            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
-        )
-        self._elements = meter.create_counter(
-            A.METRIC_BRICK_ELEMENTS, unit="{element}", description="Elements processed by a brick."
-        )
+        self._totals = _totals.for_meter_provider(meter_provider)
+        self._duration = None
+        if self.duration_histogram != "off":
+            self._duration = meter_provider.get_meter("brickscope", __version__).create_histogram(
+                A.METRIC_BRICK_DURATION,
+                unit="s",
+                description="Self time of a brick (nested bricks excluded).",
+                explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
+            )
         self.max_spans = _max_spans() if max_spans is None else max_spans
         if self.max_spans < 0:
             raise ValueError(f"brickscope: max_spans must be >= 0, got {self.max_spans}")
@@ -134,7 +168,6 @@ class CategoryAggregator(SpanProcessor):
         self.errors = 0
         #: Bricks folded into the metrics without a span (unsampled), not in the report.
         self.unsampled_bricks = 0
-        self._unsampled_elements: dict[tuple[str, str], int] = {}
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         """Nothing to do at start."""
@@ -154,45 +187,36 @@ class CategoryAggregator(SpanProcessor):
             self_ns = attributes.get(BRICK_SELF_DURATION_NS)
             if self_ns is None:  # not resolved by brickscope: no nesting information
                 self_ns = span.end_time - span.start_time
-            # The context the SDK reads exemplars from: this span as the current one.
-            context = with_span(EMPTY_CONTEXT, NonRecordingSpan(span.context)) if self._exemplars else None
-            self._record(name, category, self_ns, attributes.get(BRICK_ELEMENTS, 0), context)
+            self._totals.add(name, category, self_ns, attributes.get(BRICK_ELEMENTS, 0))
+            if self._duration is not None:
+                # The context the SDK reads exemplars from: this span as the current one.
+                context = with_span(EMPTY_CONTEXT, NonRecordingSpan(span.context)) if self._exemplars else None
+                self._duration.record(self_ns / 1e9, self._labels_of(name, category), context=context)
         except Exception:
             self._failed()
 
-    def fold_metrics(self, name: str, category: str, self_ns: int, elements: int) -> None:
-        """Fold a brick that produced no span (its trace or step was not sampled): the
-        metrics count it exactly as a sampled one (no exemplar); the report does not
-        keep it (it has no span). Never raises."""
+    def fold_unsampled(
+        self, sums: dict[tuple[str, str], tuple[int, int, int]], values: list[tuple[str, str, int]]
+    ) -> None:
+        """Fold bricks that produced no span (their trace or step was not sampled), in bulk:
+        ``(name, category) -> (count, self ns, elements)``, exactly as sampled ones count;
+        with ``duration_histogram="all"`` also each brick's ``(name, category, self ns)``
+        into the histogram (no exemplar). The report does not keep them (no span). Never raises."""
         try:
-            self.unsampled_bricks += 1
-            labels = self._labels.get((name, category))
-            if labels is None:
-                labels = self._labels[(name, category)] = {BRICK_NAME: name, BRICK_CATEGORY: category}
-            self._duration.record(self_ns / 1e9, labels, context=_NO_SPAN)
-            if elements:  # summed here, added once per label at flush_metrics (one SDK call, same total)
-                key = (name, category)
-                self._unsampled_elements[key] = self._unsampled_elements.get(key, 0) + elements
+            self.unsampled_bricks += sum(count for count, _, _ in sums.values())
+            self._totals.merge(sums)
+            if self.duration_histogram == "all":
+                record, labels_of = self._duration.record, self._labels_of
+                for name, category, self_ns in values:
+                    record(self_ns / 1e9, labels_of(name, category), context=_NO_SPAN)
         except Exception:
             self._failed()
 
-    def flush_metrics(self) -> None:
-        """Add the elements of unsampled bricks folded since the last call to the counter
-        (the resolver calls it after each batch; flush and shutdown too). Never raises."""
-        pending, self._unsampled_elements = self._unsampled_elements, {}
-        for key, total in pending.items():
-            try:
-                self._elements.add(total, self._labels[key], context=_NO_SPAN)
-            except Exception:
-                self._failed()
-
-    def _record(self, name: str, category: str, self_ns: int, elements: int, context: Any) -> None:
+    def _labels_of(self, name: str, category: str) -> dict[str, str]:
         labels = self._labels.get((name, category))
         if labels is None:
             labels = self._labels[(name, category)] = {BRICK_NAME: name, BRICK_CATEGORY: category}
-        self._duration.record(self_ns / 1e9, labels, context=context)
-        if elements:
-            self._elements.add(elements, labels, context=context)
+        return labels
 
     def _failed(self) -> None:
         self.errors += 1
@@ -283,10 +307,8 @@ class CategoryAggregator(SpanProcessor):
         return stats
 
     def shutdown(self) -> None:
-        """Add what :meth:`flush_metrics` has not yet added."""
-        self.flush_metrics()
+        """Nothing buffered: totals are read at each collection."""
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Add what :meth:`flush_metrics` has not yet added; always flushed."""
-        self.flush_metrics()
+        """Nothing buffered; always flushed."""
         return True

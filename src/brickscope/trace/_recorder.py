@@ -114,6 +114,9 @@ class Recorder:
         self.wake: Callable[[], None] | None = None  # the resolver thread's, once handed off
         self._step_sampling = step_sampling
         self.aggregate_unsampled = aggregate_unsampled
+        #: Folds an unsampled brick into the metrics where it ends (``_unsampled``); set on
+        #: the host clock, where nothing is left to resolve. None: it waits to be resolved.
+        self.fold_closed: Callable[[Record], None] | None = None
 
     def open(self, owner: Any, opener: Any = None) -> Record:
         """Push a new record for a scope entering on this thread/task. Never blocks.
@@ -250,12 +253,15 @@ class Recorder:
         pending = self.pending
         if rec.sampled:
             pending.append(rec)
-        else:  # no span; an unsampled brick still goes to the metrics (resolved, not built)
+        else:  # no span; an unsampled brick still goes to the metrics (folded, not built)
             self._counts["scopes_unsampled"] += 1
             if not self.aggregate_unsampled:
                 return
             if rec.owner._kind == KIND_BRICK:
-                pending.append(rec)
+                if self.fold_closed is not None:  # host clock: folded now, never pending
+                    self.fold_closed(rec)
+                else:
+                    pending.append(rec)
         action = self.close_actions[rec.owner._kind]
         if action:
             if action == WAKE:

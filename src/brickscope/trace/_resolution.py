@@ -24,6 +24,7 @@ from brickscope.trace._counters import Counters
 from brickscope.trace._recorder import Recorder
 from brickscope.trace._sdk import BATCH, SIMPLE, Downstream
 from brickscope.trace._spans import SpanBuilder
+from brickscope.trace._unsampled import UnsampledBricks
 
 _get_ident = threading.get_ident
 _PACE_EVERY = 128  # spans emitted between looks at the downstream queues
@@ -34,8 +35,16 @@ _PACE_HOLDOFF_S = 10.0  # after the budget ran out, no pacing for this long
 class Resolver:
     """Resolves a recorder's pending records into spans for the downstream processors."""
 
-    def __init__(self, recorder: Recorder, builder: SpanBuilder, downstream: Downstream, counters: Counters) -> None:
+    def __init__(
+        self,
+        recorder: Recorder,
+        builder: SpanBuilder,
+        downstream: Downstream,
+        counters: Counters,
+        unsampled: UnsampledBricks,
+    ) -> None:
         self._recorder = recorder
+        self._unsampled = unsampled
         self._builder = builder
         self._downstream = downstream
         self._counters = counters
@@ -84,7 +93,7 @@ class Resolver:
                 if rec.end_mark >= 0:
                     rec.gpu_error = "unresolved_at_shutdown"
                 if not rec.sampled:
-                    self._downstream.fold_unsampled(self._builder.measure(rec), self._downstream.processors())
+                    self._unsampled.fold(*self._builder.measure(rec))
                     continue
                 try:
                     built = self._builder.build(rec)
@@ -93,7 +102,12 @@ class Resolver:
                     continue
                 self._downstream.emit(built)
                 self._counts["spans_emitted"] += 1
-            self._downstream.flush_metrics(self._downstream.processors())
+            self._flush_unsampled(self._downstream.processors())
+
+    def _flush_unsampled(self, processors: tuple) -> None:
+        """End of a batch: the unsampled bricks folded since the last one go to the aggregators."""
+        sums, values = self._unsampled.take()
+        self._downstream.fold_unsampled(sums, values, processors)
 
     def _build_failed(self, processors: tuple) -> None:
         """A record that could not become a span: produced and dropped once per export
@@ -116,6 +130,7 @@ class Resolver:
         timer = self._recorder.timer
         downstream = self._downstream
         emit, build, processors = downstream.emit, self._builder.build, downstream.processors()
+        fold_unsampled, measure = self._unsampled.fold, self._builder.measure
         if block and timer is not None:
             try:
                 timer.reanchor()  # a sync point: refresh the GPU-host time correlation
@@ -130,8 +145,8 @@ class Resolver:
                 if rec.end_mark >= 0 and not self._gpu_ready(timer, rec, block, deadline):
                     return False
                 pending.popleft()
-                if not rec.sampled:  # an unsampled brick: metrics only
-                    downstream.fold_unsampled(self._builder.measure(rec), processors)
+                if not rec.sampled:  # an unsampled GPU-timed brick: metrics only
+                    fold_unsampled(*measure(rec))
                     continue
                 try:
                     built = build(rec)
@@ -146,7 +161,7 @@ class Resolver:
             return True
         finally:
             self._counts["spans_emitted"] += emitted
-            downstream.flush_metrics(processors)
+            self._flush_unsampled(processors)
 
     def _gpu_ready(self, timer: Any, rec: Record, block: bool, deadline: float | None) -> bool:
         """Whether rec's end event has completed; waits when blocking. GPU faults mark the record."""

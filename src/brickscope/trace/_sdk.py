@@ -101,22 +101,19 @@ class Downstream:
                 self._counts["processor_errors"] += 1
                 self._counters.log_once(f"on_end:{type(processor).__name__}", "brickscope: a span processor failed")
 
-    def fold_unsampled(self, measured: tuple[str, str, int, int], processors: tuple) -> None:
-        """Hand an unsampled brick's (name, category, self ns, elements) to the metrics of
-        every CategoryAggregator downstream; other processors see nothing of it."""
+    def fold_unsampled(self, sums: dict, values: list, processors: tuple) -> None:
+        """End of a resolution batch: the unsampled bricks' sums (and, for a histogram of
+        every brick, their values; see ``_unsampled``) go to every CategoryAggregator
+        downstream, in one call each; other processors see nothing of them."""
+        if not sums:
+            return
         for processor, kind, _ in processors:
             if kind == AGGREGATOR:
                 try:
-                    processor.fold_metrics(*measured)
+                    processor.fold_unsampled(sums, values)
                 except Exception:
                     self._counts["processor_errors"] += 1
-                    self._counters.log_once("fold_metrics", "brickscope: a span processor failed")
-
-    def flush_metrics(self, processors: tuple) -> None:
-        """End of a resolution batch: aggregators add what they summed of unsampled bricks."""
-        for processor, kind, _ in processors:
-            if kind == AGGREGATOR:
-                processor.flush_metrics()
+                    self._counters.log_once("fold_unsampled", "brickscope: a span processor failed")
 
     def batch_queues(self) -> list[Any]:
         return batch_queues(self._provider)

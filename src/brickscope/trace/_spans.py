@@ -24,6 +24,7 @@ from brickscope import _kernel_sources, _otel_context
 from brickscope._clock import EPOCH_OFFSET_NS
 from brickscope._record import KIND_BRICK, KIND_KERNEL, KIND_LAYER, KIND_NAMES, KIND_STEP, Record
 from brickscope.trace._counters import Counters
+from brickscope.trace._unsampled import self_time
 from brickscope.trace.attributes import (
     BRICK_CATEGORY,
     BRICK_ELEMENTS,
@@ -134,7 +135,7 @@ class SpanBuilder:
         if step_number is not None:
             attributes[STEP_NUMBER] = step_number
         if kind == KIND_BRICK:
-            attributes[BRICK_SELF_DURATION_NS] = self._self_time(rec, end - start)
+            attributes[BRICK_SELF_DURATION_NS] = self_time(rec, end - start, self._counts)
             if owner._elements:
                 attributes[BRICK_ELEMENTS] = owner._elements
         elif kind == KIND_KERNEL:
@@ -181,19 +182,22 @@ class SpanBuilder:
         )
         return span, attributes
 
-    def measure(self, rec: Record) -> tuple[str, str, int, int]:
+    def measure(self, rec: Record) -> tuple[str, str | None, int, int]:
         """What the metrics need of an unsampled brick, without building its span:
-        (brick name, category, self time ns, elements). Times it as :meth:`build` would
-        (GPU events, else the host clock) and credits its enclosing brick the same way."""
+        (brick name, category as recorded, self time ns, elements). Times it as
+        :meth:`build` would (GPU events, else the host clock) and credits its enclosing
+        brick the same way."""
+        owner = rec.owner
         duration = rec.host_end - rec.host_start
         if rec.start_mark >= 0:
             interval = self._gpu_interval(rec)
             if interval is not None:
                 duration = interval[1] - interval[0]
+        elif owner._external:
+            duration = rec.gpu_last - rec.gpu_first
         if rec.gpu_error is not None:
             self._counts["gpu_timing_errors"] += 1
-        info = rec.owner.brick_info()
-        return info.name, info.category, self._self_time(rec, duration), rec.owner._elements
+        return owner._name, owner._category, self_time(rec, duration, self._counts), owner._elements
 
     def _span_context(self, rec: Record) -> SpanContext:
         """rec's SpanContext, made once: siblings share their parent's."""
@@ -202,23 +206,6 @@ class SpanBuilder:
             span_id = _otel_context.assign_span_id(rec, self._id_generator)
             context = rec.span_context = _otel_context.sampled_context(rec.trace_id, span_id)
         return context
-
-    def _self_time(self, rec: Record, duration: int) -> int:
-        """rec's duration minus its nested bricks'; credits rec to its enclosing brick.
-
-        The scope stack, not the OTel parent, decides nesting, so a brick nested
-        through a user span is still subtracted. Children resolve before parents.
-        """
-        enclosing = rec.link
-        while enclosing is not None and enclosing.owner._kind != KIND_BRICK:
-            enclosing = enclosing.link
-        if enclosing is not None:
-            enclosing.nested_ns += duration
-        self_ns = duration - rec.nested_ns
-        if self_ns < 0:  # nested bricks overlapped on several streams
-            self._counts["self_time_clamped"] += 1
-            self_ns = 0
-        return self_ns
 
 
 def _apply_notes(notes: Any, attributes: dict[str, Any]) -> tuple[tuple[Event, ...], Status]:

@@ -30,6 +30,7 @@ from brickscope.trace._resolution import Resolver
 from brickscope.trace._sampling import StepSampling
 from brickscope.trace._sdk import Downstream
 from brickscope.trace._spans import SpanBuilder
+from brickscope.trace._unsampled import UnsampledBricks
 from brickscope.trace._worker import ResolverThread
 
 #: Sync policies: when pending records are resolved into spans.
@@ -74,6 +75,9 @@ class GpuSyncSpanProcessor(SpanProcessor):
             woken at each step end and every ``max_delay_millis``; the recording
             thread only records (``sync()``, flush and shutdown still resolve
             everything before they return).
+        unsampled_values: hand each unsampled brick's self time to the aggregators too,
+            for a duration histogram of every brick (``duration_histogram="all"``); by
+            default they get exact sums only.
 
     Raises:
         ValueError: unknown ``sync_mode`` or a non-positive bound.
@@ -96,6 +100,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         step_sampling: StepSampling | None = None,
         aggregate_unsampled: bool = True,
         resolver: str = "inline",
+        unsampled_values: bool = False,
     ) -> None:
         if not isinstance(tracer_provider, TracerProvider):
             raise TypeError(
@@ -130,11 +135,16 @@ class GpuSyncSpanProcessor(SpanProcessor):
             step_sampling=step_sampling,
             aggregate_unsampled=aggregate_unsampled,
         )
+        #: Unsampled bricks' sums between resolution batches (see ``_unsampled``).
+        self.unsampled = UnsampledBricks(self.counters.values, keep_values=unsampled_values)
+        if timer is None or sync_mode == "none":  # nothing to wait for: fold where they end
+            self.recorder.fold_closed = self.unsampled.fold_closed
         self._resolver = Resolver(
             self.recorder,
             SpanBuilder(tracer_provider, self.recorder, self.counters),
             Downstream(tracer_provider, self, self.counters),
             self.counters,
+            self.unsampled,
         )
         self._shutdown = False
         self._worker: ResolverThread | None = None
@@ -230,6 +240,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         does not survive fork); the child times on the host clock."""
         self.recorder.forget_after_fork()
         self._resolver.forget_after_fork()
+        self.unsampled.forget_after_fork()
         if self._worker is not None:  # threads do not survive fork: resolve inline
             self._worker = None
             self.recorder.resolve_inline(self.sync_mode)

@@ -168,7 +168,12 @@ WORLD_SIZE = "brickscope.world_size"
 
 # --- metrics (instrument names and their attributes) --------------------------------
 
-#: Histogram, seconds: self time of each brick, by brick and category.
+#: Histogram, seconds: self time of each brick, by brick and category; which bricks it
+#: records is ``configure(duration_histogram=...)``'s choice (default: those with a span).
 METRIC_BRICK_DURATION = "brickscope.brick.duration"
-#: Counter, {element}: elements processed, by brick and category.
+#: Observable counter, {element}: elements processed, sampled or not (exact), by brick and category.
 METRIC_BRICK_ELEMENTS = "brickscope.brick.elements"
+#: Observable counter, {brick}: bricks resolved, sampled or not (exact), by brick and category.
+METRIC_BRICK_COUNT = "brickscope.brick.count"
+#: Observable counter, seconds: self time summed exactly, sampled or not, by brick and category.
+METRIC_BRICK_SELF_TIME = "brickscope.brick.self_time"

@@ -1,0 +1,170 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Exact per-brick counters (count, self time, elements) read through a real SDK MeterProvider:
+every brick, sampled or not, cumulative across reconfiguration, nothing lost at shutdown."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+import brickscope as bs
+from brickscope import environment_variables as env
+from brickscope.testing import capture_spans
+from brickscope.trace import attributes as A
+
+WAIT_S = 30  # a bound on a hang, not a speed expectation
+
+
+def counters(reader: InMemoryMetricReader) -> dict[tuple[str, str], tuple]:
+    """(brick, category) -> (count, self time s, elements) as the reader collects them."""
+    data = reader.get_metrics_data()
+    metrics = {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+
+    def values(name: str) -> dict[tuple[str, str], float]:
+        metric = metrics.get(name)
+        points = metric.data.data_points if metric is not None else ()
+        return {(p.attributes[A.BRICK_NAME], p.attributes[A.BRICK_CATEGORY]): p.value for p in points}
+
+    counts, times, elements = values(A.METRIC_BRICK_COUNT), values(A.METRIC_BRICK_SELF_TIME), values(A.METRIC_BRICK_ELEMENTS)
+    return {key: (counts[key], times[key], elements.get(key)) for key in counts}
+
+
+def decode_step(clock, number: int) -> None:
+    """attention_score 30 ns around ffn_up 12 ns (8 elements); rms_norm 5 ns (category given)."""
+    with bs.step(number):
+        with bs.layer(0):
+            with bs.brick("attention_score"):
+                clock.now += 18
+                with bs.brick("ffn_up", elements=8):
+                    clock.now += 12
+            with bs.brick("rms_norm", category="custom"):
+                clock.now += 5
+
+
+def per_step(steps: int) -> dict[tuple[str, str], tuple]:
+    """What ``steps`` decode steps must count, by hand: self times 18, 12 and 5 ns."""
+    return {
+        ("attention_score", "attention"): (steps, pytest.approx(steps * 18e-9), None),
+        ("ffn_up", "ffn"): (steps, pytest.approx(steps * 12e-9), steps * 8),
+        ("rms_norm", "custom"): (steps, pytest.approx(steps * 5e-9), None),
+    }
+
+
+class TestExactCounters:
+    def test_metrics_only_counts_every_brick_with_no_span_built(self, clock):
+        reader = InMemoryMetricReader()
+        provider = TracerProvider(sampler=ALWAYS_OFF)
+        with capture_spans(provider, meter_provider=MeterProvider(metric_readers=[reader])) as captured:
+            for number in range(7):
+                decode_step(clock, number)
+            captured.session.sync()
+            assert captured.spans == ()
+            assert counters(reader) == per_step(7)
+            assert captured.session.aggregator.unsampled_bricks == 3 * 7
+            assert captured.session.stats()["pending"] == 0
+
+    def test_host_clock_unsampled_bricks_never_wait_in_the_pending_queue(self, clock):
+        with capture_spans(TracerProvider(sampler=ALWAYS_OFF)) as captured:
+            with bs.step(0), bs.layer(0):
+                for _ in range(50):
+                    with bs.brick("rms_norm"):
+                        clock.now += 1
+                assert captured.session.stats()["pending"] == 0
+
+    def test_the_counters_are_cumulative_across_reconfiguration(self, clock):
+        reader = InMemoryMetricReader()
+        meters = MeterProvider(metric_readers=[reader])
+        bs.configure(TracerProvider(), clock="host", meter_provider=meters, step_sampling="every=2")
+        for number in range(3):
+            decode_step(clock, number)
+        bs.configure(TracerProvider(sampler=ALWAYS_OFF), clock="host", meter_provider=meters)
+        assert counters(reader) == per_step(3)  # the first session's, flushed as it was replaced
+        for number in range(3, 7):
+            decode_step(clock, number)
+        bs.sync()
+        assert counters(reader) == per_step(7)
+        bs.shutdown()
+        assert counters(reader) == per_step(7)
+
+    def test_elements_only_for_bricks_that_count_them(self, clock):
+        reader = InMemoryMetricReader()
+        with capture_spans(meter_provider=MeterProvider(metric_readers=[reader])) as captured:
+            decode_step(clock, 0)
+            captured.session.sync()
+        data = reader.get_metrics_data()
+        (elements,) = [
+            m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+            if m.name == A.METRIC_BRICK_ELEMENTS
+        ]  # fmt: skip
+        assert [(p.attributes[A.BRICK_NAME], p.value) for p in elements.data.data_points] == [("ffn_up", 8)]
+        assert elements.unit == "{element}"
+
+    @pytest.mark.parametrize("path", ["folded_at_close", "resolved"])
+    def test_shutdown_with_the_resolver_thread_busy_loses_nothing(self, clock, path):
+        """Shut down while the resolver thread is held inside a batch of spans: every brick
+        recorded before, sampled or not, folded where it ended or waiting to be resolved
+        (as GPU-timed ones do), is in the counters afterwards."""
+        provider = TracerProvider()
+        gate = Hold()
+        provider.add_span_processor(gate)
+        reader = InMemoryMetricReader()
+        with capture_spans(
+            provider, resolver="thread", step_sampling="every=3", meter_provider=MeterProvider(metric_readers=[reader])
+        ) as captured:
+            session = captured.session
+            if path == "resolved":
+                session.sync_processor.recorder.fold_closed = None
+            decode_step(clock, 0)  # sampled: the thread takes its spans and stops inside the first
+            assert gate.entered.wait(WAIT_S)
+            for number in range(1, 8):  # steps 3 and 6 sampled, the others not
+                decode_step(clock, number)
+            stopper = threading.Thread(target=session.shutdown)
+            stopper.start()
+            gate.release.set()
+            stopper.join(WAIT_S)
+            assert not stopper.is_alive()
+            stats = session.stats()
+        assert stats["pending"] == 0
+        assert stats["spans_emitted"] == 3 * (2 + 3)  # step, layer and 3 bricks in steps 0, 3, 6
+        assert counters(reader) == per_step(8)
+        assert session.aggregator.unsampled_bricks == 5 * 3
+
+
+class Hold(SpanProcessor):
+    """Holds the first span delivered (the resolver thread, inside a batch) until released."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def on_end(self, span) -> None:  # noqa: ANN001
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.release.wait(WAIT_S)
+
+
+class TestDurationHistogramSetting:
+    def test_bad_value_fails_at_configure(self):
+        with pytest.raises(ValueError, match="duration_histogram 'every'"):
+            bs.configure(TracerProvider(), clock="host", duration_histogram="every")
+
+    def test_bad_environment_value_names_the_variable(self, monkeypatch):
+        monkeypatch.setenv(env.BRICKSCOPE_DURATION_HISTOGRAM, "some")
+        with pytest.raises(ValueError, match=env.BRICKSCOPE_DURATION_HISTOGRAM):
+            bs.configure(TracerProvider(), clock="host")
+
+    def test_environment_variable_sets_the_default(self, monkeypatch):
+        monkeypatch.setenv(env.BRICKSCOPE_DURATION_HISTOGRAM, "ALL")
+        with capture_spans() as captured:
+            assert captured.session.aggregator.duration_histogram == "all"
+            assert captured.session.sync_processor.unsampled.keep_values
+
+    def test_default_is_the_sampled_bricks(self):
+        with capture_spans() as captured:
+            assert captured.session.aggregator.duration_histogram == "sampled"
+            assert not captured.session.sync_processor.unsampled.keep_values
