@@ -24,7 +24,11 @@ from brickscope.version import __version__
 REASON = "brickscope.reason"
 THREAD = "brickscope.thread"
 #: Units of the instruments that count neither spans nor events.
-_UNITS = {"brickscope.resolution.cpu_time": "ns"}
+_UNITS = {
+    "brickscope.resolution.cpu_time": "ns",
+    "brickscope.record.cpu_time": "ns",
+    "brickscope.export.bytes": "By",
+}
 
 #: (instrument, {stats key: attributes}, description). Every key is a ``stats()`` counter.
 INSTRUMENTS: tuple[tuple[str, dict[str, dict[str, str]], str], ...] = (
@@ -55,6 +59,18 @@ INSTRUMENTS: tuple[tuple[str, dict[str, dict[str, str]], str], ...] = (
         "brickscope.resolution.cpu_time",
         {"resolution_cpu_ns_app": {THREAD: "application"}, "resolution_cpu_ns_worker": {THREAD: "resolver"}},
         "CPU time brickscope spent resolving scopes into spans and metrics, by thread",
+    ),
+    (
+        "brickscope.record.cpu_time",
+        {"record_cpu_ns_estimated": {THREAD: "application"}},
+        "Estimated CPU time of scope records on the application threads: records made x the "
+        "CPU time of one, calibrated once per process (not timed per scope)",
+    ),
+    (
+        "brickscope.export.bytes",
+        {"export_bytes": {}},
+        "Bytes written or sent by the export pipelines carrying brickscope's spans, where the "
+        "exporter makes them knowable (Perfetto, flamegraph, OTLP/HTTP request bodies)",
     ),
     (
         "brickscope.scopes.unsampled",

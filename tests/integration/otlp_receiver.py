@@ -170,6 +170,8 @@ class _Receiver:
         self._held = threading.Event()  # ends the held calls (release_held())
         self._held_status: Any = None
         self.holding: dict[str, int] = {"traces": 0, "metrics": 0, "logs": 0}
+        #: HTTP request bodies received, as sent (compressed or not), per signal.
+        self.body_bytes: dict[str, int] = {"traces": 0, "metrics": 0, "logs": 0}
 
     def fail_next(self, calls: int, signal: str = "traces", retry_after_s: float = 0.2) -> None:
         """Answer the next ``calls`` export calls of ``signal`` with UNAVAILABLE (503 over HTTP)."""
@@ -355,6 +357,8 @@ class HttpReceiver(_Receiver):
                 if signal is None:
                     self.send_error(404)
                     return
+                with receiver._lock:
+                    receiver.body_bytes[signal] += len(body)
                 fault = receiver._next_fault(signal)
                 if fault is not None and fault[0] == "unavailable":
                     with receiver._lock:

@@ -157,6 +157,19 @@ class TestExport:
         assert _lines(path) == {"svc;b": 60, "svc;b;k": 40}
         assert os.listdir(tmp_path) == ["out.folded"]  # no temporary file left behind
 
+    def test_bytes_written_sums_every_write_of_both_files(self, tmp_path, make_span):
+        """brickscope's self-telemetry reads it: a flush and the shutdown each write both files."""
+        path, speedscope = tmp_path / "out.folded", tmp_path / "out.speedscope.json"
+        exporter = FlamegraphSpanExporter(path, unit="ns", speedscope_path=speedscope, write_interval_millis=None)
+        assert exporter.bytes_written == 0
+        exporter.export([make_span("x", gpu=(0, 7))])
+        exporter.force_flush()
+        first = path.stat().st_size + speedscope.stat().st_size
+        assert exporter.bytes_written == first
+        exporter.export([make_span("y", gpu=(0, 9))])
+        exporter.shutdown()
+        assert exporter.bytes_written == first + path.stat().st_size + speedscope.stat().st_size
+
     def test_periodic_write_while_exporting(self, tmp_path, make_span):
         """With a write interval, export() keeps the file current without a flush."""
         path = tmp_path / "out.folded"

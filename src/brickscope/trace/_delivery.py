@@ -12,6 +12,11 @@ that keeps an :class:`Account` of brickscope's spans (not the application's own)
   The SDK does not say which spans it sheds, so this one is the difference of the
   exact counts above; the others are counted as they happen.
 
+It also counts the bytes the exporter writes or sends while the session is open, where
+the exporter makes them knowable (``_export_bytes``: the Perfetto and flamegraph
+exporters, OTLP/HTTP request bodies): the pipeline's bytes, the application's own
+spans in the same batches included.
+
 At shutdown, what is still queued or being exported when the deadline passes is
 counted dropped and the account is closed: a late result does not count again. So
 after shutdown ``spans_produced == spans_exported + spans_dropped`` for every pipeline
@@ -22,11 +27,12 @@ from __future__ import annotations
 
 import inspect
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+from brickscope.trace._export_bytes import byte_reader
 from brickscope.trace._sdk import provider_processors
 from brickscope.trace._spans import INSTRUMENTATION_SCOPE
 
@@ -39,8 +45,11 @@ def ours(spans: Any) -> int:
 class Account:
     """One session's books for one export pipeline."""
 
-    def __init__(self, queue: Any = None, carried_in: int = 0) -> None:
+    def __init__(self, queue: Any = None, carried_in: int = 0, read_bytes: Callable[[], int] | None = None) -> None:
         self.queue = queue  # the batch processor's deque, or None (SimpleSpanProcessor)
+        self._read_bytes = read_bytes  # the exporter's bytes so far, or None: not knowable
+        self._bytes_at_open = read_bytes() if read_bytes is not None else 0
+        self.closed_bytes = 0
         self.handed = carried_in  # spans another session's account handed over, still queued
         self.taken = self.exported = self.failed = self.in_flight = 0
         self.handed_over = 0  # left queued when a newer session took the pipeline over
@@ -60,12 +69,19 @@ class Account:
             if self.closed:
                 return 0
             queued = self.queued()
+            self.closed_bytes = self.bytes()
             self.closed = True
             if hand_over:
                 self.handed_over = queued
                 return 0
             self.closed_queued, self.closed_in_flight = queued, self.in_flight
             return queued + self.in_flight
+
+    def bytes(self) -> int:
+        """Bytes the exporter wrote or sent while this account was open (0: not knowable)."""
+        if self.closed:
+            return self.closed_bytes
+        return self._read_bytes() - self._bytes_at_open if self._read_bytes is not None else 0
 
     def totals(self) -> dict[str, int]:
         """This pipeline's share of ``stats()``."""
@@ -85,6 +101,7 @@ class Account:
                 "spans_dropped": self.failed + shed + at_shutdown,
                 "spans_handed_over": self.handed_over,
                 "spans_in_export": in_flight + (0 if self.closed else queued),
+                "export_bytes": self.bytes(),
             }
 
 
@@ -93,9 +110,10 @@ class CountingExporter(SpanExporter):
 
     counts_deliveries = True  # how the resolver tells a counted pipeline (see _sdk)
 
-    def __init__(self, inner: SpanExporter, account: Account) -> None:
+    def __init__(self, inner: SpanExporter, account: Account, read_bytes: Callable[[], int] | None) -> None:
         self.inner = inner
         self.account = account
+        self.read_bytes = read_bytes  # the inner exporter's bytes so far, or None
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         account = self.account  # the books this batch started in
@@ -148,10 +166,11 @@ def _counting(exporter: SpanExporter, queue: Any) -> tuple[CountingExporter, Acc
     if isinstance(exporter, CountingExporter):
         previous = exporter.account
         previous.close(hand_over=True)
-        exporter.account = Account(queue, carried_in=previous.handed_over)
+        exporter.account = Account(queue, carried_in=previous.handed_over, read_bytes=exporter.read_bytes)
         return exporter, exporter.account
-    account = Account(queue)
-    return CountingExporter(exporter, account), account
+    read_bytes = byte_reader(exporter)
+    account = Account(queue, read_bytes=read_bytes)
+    return CountingExporter(exporter, account, read_bytes), account
 
 
 def totals(accounts: list[Account]) -> dict[str, int]:

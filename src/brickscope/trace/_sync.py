@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
 from brickscope.trace import _delivery
 from brickscope.trace._counters import Counters
+from brickscope.trace._record_cost import per_record_ns
 from brickscope.trace._recorder import CLOSE_ACTIONS, LATE, Recorder
 from brickscope.trace._resolution import Resolver
 from brickscope.trace._sampling import StepSampling
@@ -154,6 +155,9 @@ class GpuSyncSpanProcessor(SpanProcessor):
             self._resolver.worker_ident = self._worker.start()
         self._provider = tracer_provider
         self._accounts: list[_delivery.Account] = []
+        #: CPU ns of one record on this machine, calibrated once per process (an estimate:
+        #: see ``_record_cost``); ``stats()["record_cpu_ns_estimated"]`` is records x this.
+        self.record_ns = per_record_ns()
 
     @property
     def resolver(self) -> str:
@@ -218,6 +222,8 @@ class GpuSyncSpanProcessor(SpanProcessor):
         and what became of the spans in the export pipelines (see ``_delivery``)."""
         counts = dict(self.counters.values)
         counts["pending"] = len(self.recorder.pending)
+        records = counts["spans_emitted"] + counts["span_build_errors"] + counts["scopes_unsampled"]
+        counts["record_cpu_ns_estimated"] = int(records * self.record_ns)
         for key, value in _delivery.totals(self._accounts).items():
             counts[key] = counts.get(key, 0) + value
         return counts

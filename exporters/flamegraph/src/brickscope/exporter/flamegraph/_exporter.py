@@ -143,6 +143,7 @@ class FlamegraphSpanExporter(SpanExporter):
         self._dirty = False  # spans folded since the last successful write
         self._written = False
         self._failures = 0
+        self._bytes_written = 0
         self._logged: set[str] = set()
 
     @property
@@ -154,6 +155,13 @@ class FlamegraphSpanExporter(SpanExporter):
     def speedscope_path(self) -> str | None:
         """The speedscope output file (absolute), or None."""
         return self._speedscope_path
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes written so far, summed over every write of the output files (each write
+        replaces a whole file): what brickscope's self-telemetry reports as
+        ``brickscope.export.bytes``."""
+        return self._bytes_written
 
     @property
     def stats(self) -> Stats:
@@ -234,12 +242,14 @@ class FlamegraphSpanExporter(SpanExporter):
             profile = self._stacks.snapshot()
             lines = folded_lines(profile, self._unit)
             _write_text(self._path, lambda out: write_folded(lines, out))
+            self._bytes_written += os.stat(self._path).st_size
             if self._speedscope_path is not None:
                 document = speedscope_document(profile)
                 _write_text(
                     self._speedscope_path,
                     lambda out: json.dump(document, out, ensure_ascii=False, separators=(",", ":")),
                 )
+                self._bytes_written += os.stat(self._speedscope_path).st_size
         except Exception:
             self._failures += 1
             self._log_once("write", logging.ERROR, "cannot write %s", self._path, exc_info=True)

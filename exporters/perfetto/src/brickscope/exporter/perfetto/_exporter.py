@@ -166,6 +166,12 @@ class PerfettoSpanExporter(SpanExporter):
             logger.error(message + " (further failures are counted, not logged)", *args, exc_info=exc_info)
 
     @property
+    def bytes_written(self) -> int:
+        """Bytes of the trace file written so far (header and every batch kept): what
+        brickscope's self-telemetry reports as ``brickscope.export.bytes``."""
+        return self._size
+
+    @property
     def failed_exports(self) -> int:
         """How many export, flush or close calls failed so far."""
         return self._failures

@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Bytes an export pipeline sends or writes, where the exporter makes them knowable.
+
+- brickscope's file exporters (Perfetto, flamegraph) say so themselves: an int
+  ``bytes_written`` (the core never imports them; this is the whole protocol);
+- the official OTLP/HTTP exporter: the request bodies it hands its HTTP transport
+  (compressed if it compresses; retries count again: bytes put on the wire), counted by
+  wrapping that transport (``exporter._client._transport``: a private attribute of
+  opentelemetry-exporter-otlp-proto-http 1.45, read here only);
+- anything else (OTLP/gRPC, console, in-memory): not knowable, not reported.
+
+Example::
+
+    read = byte_reader(exporter)      # None: this exporter's bytes are not knowable
+    sent = read() if read else None
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+class CountingTransport:
+    """An HTTP transport that counts the request bodies it sends, then sends them."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.bytes_sent = 0
+
+    def request(self, method: str, url: str, *, data: bytes | None = None, **kwargs: Any) -> Any:
+        if data is not None:
+            self.bytes_sent += len(data)
+        return self.inner.request(method, url, data=data, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # close, is_connection_error, ...
+        return getattr(self.inner, name)
+
+
+def byte_reader(exporter: Any) -> Callable[[], int] | None:
+    """How to read the bytes ``exporter`` has written or sent so far, or None."""
+    if isinstance(getattr(exporter, "bytes_written", None), int):
+        return lambda: exporter.bytes_written
+    transport = _otlp_http_transport(exporter)
+    if transport is None:
+        return None
+    return lambda: transport.bytes_sent
+
+
+def _otlp_http_transport(exporter: Any) -> CountingTransport | None:
+    """The official OTLP/HTTP exporter's transport, wrapped once in a CountingTransport."""
+    if not type(exporter).__module__.startswith("opentelemetry.exporter.otlp.proto.http"):
+        return None
+    client = getattr(exporter, "_client", None)
+    transport = getattr(client, "_transport", None)
+    if transport is None or not callable(getattr(transport, "request", None)):
+        return None  # another version's layout: not knowable
+    if not isinstance(transport, CountingTransport):
+        transport = client._transport = CountingTransport(transport)  # noqa: SLF001
+    return transport
