@@ -54,17 +54,20 @@ CASES = ("metrics_only", "sampled_1_in_100", "full")
 KERNEL_US = (3, 5, 10, 20, 50)
 
 # A loopback OTLP/HTTP receiver in its own process: reads each request, answers 200
-# with an empty (valid) protobuf response, and prints the bytes it received on exit.
+# with an empty (valid) protobuf response, and prints the bytes it received on exit
+# (all, and the span requests' bodies).
 RECEIVER = textwrap.dedent(
     """
     import sys, threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    received = {"bytes": 0, "requests": 0}
+    received = {"bytes": 0, "requests": 0, "trace_bytes": 0}
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             received["bytes"] += len(body)
             received["requests"] += 1
+            if self.path == "/v1/traces":
+                received["trace_bytes"] += len(body)
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Length", "0")
@@ -75,7 +78,7 @@ RECEIVER = textwrap.dedent(
     print(server.server_address[1], flush=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     sys.stdin.read()
-    print(received["bytes"], received["requests"], flush=True)
+    print(received["bytes"], received["requests"], received["trace_bytes"], flush=True)
     """
 )
 
@@ -90,7 +93,7 @@ class Receiver:
 
     def __exit__(self, *exc: Any) -> None:
         out, _ = self.process.communicate(timeout=30)
-        self.bytes_received = int(out.split()[0])
+        self.bytes_received, _, self.trace_bytes_received = (int(field) for field in out.split())
 
 
 def paced_tokens(bs: Any, seconds: float, first_step: int) -> int:
@@ -152,17 +155,25 @@ def cpu_case(case: str, endpoint: str, seconds: float) -> dict[str, float]:
     provider.shutdown()
     meters.shutdown()
     cpu = time.process_time() - cpu0
+    stats = session.stats()
     return {
         "cpu_s": cpu,
         "bricks": bricks,
         "spans_emitted": stats_before_shutdown["spans_emitted"],
         "forced_syncs": stats_before_shutdown["forced_syncs"],
+        # brickscope's self-telemetry, for comparison with what was measured here
+        "export_bytes_reported": stats["export_bytes"],
+        "record_cpu_ns_estimated_per_brick": round(stats["record_cpu_ns_estimated"] / bricks),
+        "resolution_cpu_ns_per_brick": round(
+            (stats["resolution_cpu_ns_app"] + stats["resolution_cpu_ns_worker"]) / bricks
+        ),
     }
 
 
 def measure_cpu(seconds: float, rounds: int) -> dict[str, Any]:
     results: dict[str, list[float]] = {case: [] for case in CASES}
     details: dict[str, Any] = {}
+    reported = 0
     with Receiver() as receiver:
         for _ in range(rounds):
             base = cpu_case("baseline", receiver.endpoint, seconds)
@@ -172,7 +183,12 @@ def measure_cpu(seconds: float, rounds: int) -> dict[str, Any]:
                 extra_s_per_brick = run["cpu_s"] / run["bricks"] - base_per_brick
                 results[case].append(100 * extra_s_per_brick * BRICKS_PER_S)
                 details[case] = {k: v for k, v in run.items() if k != "cpu_s"}
+                details[case]["cpu_ns_per_brick_measured"] = round(extra_s_per_brick * 1e9)
+                reported += run["export_bytes_reported"]
     details["export_bytes_received"] = receiver.bytes_received
+    # brickscope.export.bytes over every case and round against the receiver's count
+    details["span_export_bytes_received"] = receiver.trace_bytes_received
+    details["span_export_bytes_reported_by_brickscope"] = reported
     return {
         "cpu_pct_of_core": {case: round(min(values), 2) for case, values in results.items()},
         "cpu_pct_of_core_all_rounds": {case: [round(v, 2) for v in values] for case, values in results.items()},

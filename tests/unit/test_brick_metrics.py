@@ -91,6 +91,33 @@ class TestExactCounters:
         bs.shutdown()
         assert counters(reader) == per_step(7)
 
+    def test_threads_recording_while_the_resolver_takes_lose_nothing(self, clock):
+        """Four threads fold unsampled bricks (each into its own table) while the main
+        thread resolves again and again: every brick is counted once; the tables of the
+        threads that ended are gone once handed over."""
+        reader = InMemoryMetricReader()
+        with capture_spans(TracerProvider(sampler=ALWAYS_OFF), meter_provider=MeterProvider(metric_readers=[reader])) as captured:
+            go = threading.Event()
+
+            def work(number: int) -> None:
+                assert go.wait(WAIT_S)
+                for _ in range(500):
+                    with bs.brick("ffn_up", elements=number):
+                        pass
+
+            threads = [threading.Thread(target=work, args=(number,)) for number in range(1, 5)]
+            for thread in threads:
+                thread.start()
+            go.set()
+            while any(thread.is_alive() for thread in threads):
+                captured.session.sync()
+            for thread in threads:
+                thread.join()
+            captured.session.sync()
+            (count, _, elements) = counters(reader)[("ffn_up", "ffn")]
+            assert (count, elements) == (4 * 500, 500 * (1 + 2 + 3 + 4))
+            assert captured.session.sync_processor.unsampled._tables == []  # noqa: SLF001
+
     def test_elements_only_for_bricks_that_count_them(self, clock):
         reader = InMemoryMetricReader()
         with capture_spans(meter_provider=MeterProvider(metric_readers=[reader])) as captured:

@@ -105,7 +105,7 @@ class Downstream:
         """End of a resolution batch: the unsampled bricks' sums (and, for a histogram of
         every brick, their values; see ``_unsampled``) go to every CategoryAggregator
         downstream, in one call each; other processors see nothing of them."""
-        if not sums:
+        if not sums and not values:
             return
         for processor, kind, _ in processors:
             if kind == AGGREGATOR:

@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import threading
+from collections import deque
 from typing import Any
 
 from brickscope import _catalog
@@ -34,7 +35,13 @@ RawSums = dict[tuple[str, Any], tuple[int, int, int]]
 
 
 class UnsampledBricks:
-    """Per-brick sums of unsampled bricks since the last :meth:`take`.
+    """Per-brick sums of unsampled bricks, handed over at each :meth:`take`.
+
+    Bricks folded where they end go to a table of the thread that ended them, which only
+    that thread writes (cumulative tuples, each replaced in one step): no lock on the
+    hot path. :meth:`take` reads every table and hands over what grew since it last
+    looked; a table whose thread has ended goes once it is handed over. The resolver's
+    own folds (:meth:`fold`) go to a table under a lock.
 
     Args:
         counts: the pipeline's counters (``self_time_clamped``).
@@ -42,16 +49,19 @@ class UnsampledBricks:
     """
 
     def __init__(self, counts: dict[str, int], keep_values: bool = False) -> None:
-        self._lock = threading.Lock()
         self._counts = counts
-        self._sums: RawSums = {}
         self.keep_values = keep_values
-        self._values: list[tuple[str, Any, int]] = []
+        self._values: deque[tuple[str, Any, int]] = deque()  # append and popleft: thread-safe
+        self._lock = threading.Lock()  # the list of tables, the resolver's table
+        self._sums: RawSums = {}
+        self._local = threading.local()
+        self._tables: list[tuple[threading.Thread, RawSums]] = []
+        self._handed: dict[int, RawSums] = {}  # id(table) -> what take() handed over of it
 
     def fold_closed(self, rec: Record) -> None:
-        """A host-timed unsampled brick that just ended (on the thread that ended it).
+        """A host-timed unsampled brick that just ended, on the thread that ended it.
 
-        :func:`self_time` and :meth:`fold` written out: this runs once per brick."""
+        :func:`self_time` written out: this runs once per brick."""
         owner = rec.owner
         duration = rec.gpu_last - rec.gpu_first if owner._external else rec.host_end - rec.host_start
         enclosing = rec.link
@@ -63,12 +73,22 @@ class UnsampledBricks:
         if self_ns < 0:
             self._counts["self_time_clamped"] += 1
             self_ns = 0
+        try:
+            table = self._local.table
+        except AttributeError:
+            table = self._new_table()
         key = (owner._name, owner._category)
+        count, total, elems = table.get(key, _ZERO)
+        table[key] = (count + 1, total + self_ns, elems + owner._elements)
+        if self.keep_values:
+            self._values.append((owner._name, owner._category, self_ns))
+
+    def _new_table(self) -> RawSums:
+        table: RawSums = {}
+        self._local.table = table
         with self._lock:
-            count, total, elems = self._sums.get(key, _ZERO)
-            self._sums[key] = (count + 1, total + self_ns, elems + owner._elements)
-            if self.keep_values:
-                self._values.append((owner._name, owner._category, self_ns))
+            self._tables.append((threading.current_thread(), table))
+        return table
 
     def fold(self, name: str, category: str | None, self_ns: int, elements: int) -> None:
         """One unsampled brick's self time and elements (``category`` None: the catalog's)."""
@@ -76,17 +96,32 @@ class UnsampledBricks:
         with self._lock:
             count, total, elems = self._sums.get(key, _ZERO)
             self._sums[key] = (count + 1, total + self_ns, elems + elements)
-            if self.keep_values:
-                self._values.append((name, category, self_ns))
+        if self.keep_values:
+            self._values.append((name, category, self_ns))
 
     def take(self) -> tuple[dict[tuple[str, str], tuple[int, int, int]], list[tuple[str, str, int]]]:
         """The sums (and values) folded since the last call, by (brick, category) as the
-        metrics label them; both empty when nothing was folded."""
+        metrics label them; both empty when nothing was folded. One caller at a time
+        (the resolver's lock)."""
         with self._lock:
             raw, self._sums = self._sums, {}
-            values, self._values = self._values, []
-        if not raw:
-            return {}, []
+            tables = list(self._tables)
+        for thread, table in tables:
+            ended = not thread.is_alive()  # read first: an ended thread writes no more
+            handed = self._handed.setdefault(id(table), {})
+            for key, now in list(table.items()):  # one step: values are replaced whole
+                before = handed.get(key, _ZERO)
+                if now != before:
+                    handed[key] = now
+                    count, total, elems = raw.get(key, _ZERO)
+                    raw[key] = (count + now[0] - before[0], total + now[1] - before[1], elems + now[2] - before[2])
+            if ended:
+                with self._lock:
+                    self._tables.remove((thread, table))
+                del self._handed[id(table)]
+        values = []
+        while self._values:
+            values.append(self._values.popleft())
         sums: dict[tuple[str, str], tuple[int, int, int]] = {}
         labels: dict[tuple[str, Any], tuple[str, str]] = {}
         for (name, category), (count, total, elems) in raw.items():
@@ -94,14 +129,25 @@ class UnsampledBricks:
             key = labels[(name, category)] = (info.name, info.category)
             c, t, e = sums.get(key, _ZERO)
             sums[key] = (c + count, t + total, e + elems)
-        return sums, [(*labels[(name, category)], self_ns) for name, category, self_ns in values]
-
+        return sums, [(*_label(labels, name, category), self_ns) for name, category, self_ns in values]
 
     def forget_after_fork(self) -> None:
         """In a forked child: a fresh lock (the parent's may have been held at fork) and
         nothing of the parent's bricks (the parent reports them)."""
         self._lock = threading.Lock()
-        self._sums, self._values = {}, []
+        self._sums = {}
+        self._values = deque()
+        self._local = threading.local()
+        self._tables, self._handed = [], {}
+
+
+def _label(labels: dict[tuple[str, Any], tuple[str, str]], name: str, category: Any) -> tuple[str, str]:
+    """(name, category) as the metrics label them, for a value whose sums were taken."""
+    found = labels.get((name, category))
+    if found is None:
+        info = _catalog.resolve(name, category)
+        found = labels[(name, category)] = (info.name, info.category)
+    return found
 
 
 def self_time(rec: Record, duration: int, counts: dict[str, int]) -> int:
