@@ -15,7 +15,8 @@ PIP := $(BIN)/python -m pip install --disable-pip-version-check --quiet
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.demo: $(BIN)/python pyproject.toml $(wildcard exporters/*/pyproject.toml)
+# setup.py and the C sources too: a changed accelerator is rebuilt by the editable install.
+$(VENV)/.demo: $(BIN)/python pyproject.toml setup.py $(wildcard src/brickscope/*.c) $(wildcard exporters/*/pyproject.toml) $(wildcard exporters/*/setup.py) $(wildcard exporters/*/src/brickscope/*/*/*.c)
 	$(PIP) -e '.[cuda,demo]' $(EDITABLE)
 	touch $@
 
@@ -31,8 +32,11 @@ demo: $(VENV)/.demo
 	@echo; echo '$$ brickscope report out/trace.pftrace --top 5 --step 2:   # warm-up steps 0-1 left out'
 	$(BIN)/brickscope report out/trace.pftrace --top 5 --step 2:
 
+# The whole suite twice: with the C accelerators (a missing one fails the run), then with
+# every pure-Python fallback (docs/native.md).
 test: $(VENV)/.test
-	$(BIN)/python -m pytest -q
+	BRICKSCOPE_REQUIRE_NATIVE=1 $(BIN)/python -m pytest -q
+	BRICKSCOPE_PURE_PYTHON=1 $(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) out .pytest_cache
+	rm -rf $(VENV) out .pytest_cache build src/brickscope/*.so

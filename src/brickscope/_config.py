@@ -25,7 +25,7 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from brickscope import _environment, _kernel_sources, _record, _resource, _self_metrics, _state, propagation
+from brickscope import _environment, _kernel_sources, _record, _resource, _scope, _self_metrics, _state, propagation
 from brickscope._clock import host_ns
 from brickscope import environment_variables as env
 from brickscope.trace._aggregation import CategoryAggregator, duration_histogram_mode
@@ -338,6 +338,8 @@ def _guard_torch_compile() -> None:
     torch = sys.modules.get("torch")
     if _state.compiling is None and torch is not None:
         _state.compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if torch is not None:
+        _scope.register_compile_substitutes(torch)
 
 
 def enable() -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from brickscope import _native
+
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
 
@@ -74,3 +76,12 @@ class Record:
 
 #: The innermost open scope of the current context (thread or asyncio task).
 TOP: ContextVar[Record | None] = ContextVar("brickscope_top", default=None)
+
+#: The scope hot path in C (``brickscope._hotpath``), or None: the Python code here, in
+#: ``_scope`` and in ``trace._recorder`` runs (the reference; see ``brickscope._native``).
+hotpath = _native.load("brickscope._hotpath")
+#: The pure-Python record (the reference layout).
+PyRecord = Record
+if hotpath is not None:
+    hotpath.init_stack(TOP, KIND_NAMES)
+    Record = hotpath.Record  # type: ignore[misc,assignment]  # same attributes, in C

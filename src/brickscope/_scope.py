@@ -30,6 +30,9 @@ from brickscope._clock import perf_counter_ns as _perf_counter_ns
 from brickscope._gpu._streams import stream_handle
 from brickscope._record import KIND_BRICK, KIND_KERNEL, KIND_LAYER, KIND_NAMES, KIND_STEP, Record
 
+# The C accelerator of everything below that runs per scope (None: the Python here runs).
+_hot = _record.hotpath
+
 logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -69,14 +72,16 @@ def _exit(rec: Record, error: BaseException | None) -> None:
         _exit_failed(rec)
 
 
-def _enter_failed(recorder: Any) -> None:
+def _enter_failed(recorder: Any, exc: BaseException | None = None) -> None:
+    """Opening a scope raised ``exc`` (default: the exception being handled): counted, logged once."""
     recorder.count("scope_errors")
-    _warn_once("enter", "brickscope: opening a scope failed; it will not be recorded", exc_info=True)
+    _warn_once("enter", "brickscope: opening a scope failed; it will not be recorded", exc_info=exc or True)
 
 
-def _exit_failed(rec: Record) -> None:
+def _exit_failed(rec: Record, exc: BaseException | None = None) -> None:
+    """Closing a scope raised ``exc`` (default: the exception being handled): counted, logged once."""
     rec.recorder.count("scope_errors")
-    _warn_once("exit", "brickscope: closing a scope failed", exc_info=True)
+    _warn_once("exit", "brickscope: closing a scope failed", exc_info=exc or True)
 
 
 def _innermost_open(top: Record | None, opener: Any) -> Record | None:
@@ -106,14 +111,11 @@ def _exit_out_of_order(scope: _Scope, top: Record, error: BaseException | None) 
         _exit(rec, error)
 
 
-class _Scope:
-    """Common machinery of every scope kind: with-statement and decorator."""
+class _PyScopeBase:
+    """A scope object's fields and with-statement, in Python (the reference);
+    ``brickscope._hotpath.ScopeBase`` is the same in C."""
 
     __slots__ = ("_name", "_category", "_elements", "_stream", "_index", "_attributes")
-    _kind = KIND_BRICK
-    _propagates = True
-    _host_only = False  # True: never GPU-timed (brickscope.torch, during CUDA graph capture)
-    _external = False  # True: bs.record_gpu's interval measured elsewhere (see _ExternalGpu)
 
     # __enter__/__exit__ inline _enter/_exit: a call less on the hottest path.
     def __enter__(self) -> _Scope:
@@ -138,6 +140,19 @@ class _Scope:
                 _exit_failed(rec)
         elif rec is not None:
             _exit_out_of_order(self, rec, exc)
+
+
+_ScopeBase: Any = _PyScopeBase if _hot is None else _hot.ScopeBase
+
+
+class _Scope(_ScopeBase):
+    """Common machinery of every scope kind: with-statement and decorator."""
+
+    __slots__ = ()
+    _kind = KIND_BRICK
+    _propagates = True
+    _host_only = False  # True: never GPU-timed (brickscope.torch, during CUDA graph capture)
+    _external = False  # True: bs.record_gpu's interval measured elsewhere (see _ExternalGpu)
 
     def __call__(self, func: F) -> F:
         """Decorate ``func``: each call runs inside this scope (coroutines: each await)."""
@@ -317,18 +332,19 @@ class Step(_Grouping):
     _index_name = "step number"
 
 
-class _Entry:
+class _PyEntry:
     """One use of a shared scope object: what the factories return while brickscope records.
 
     The factories share one immutable scope object per name, so that building a scope
     per call stays cheap; a ``with`` needs to close exactly the record it opened,
     though (two nested same-name bricks, two generators interleaving the same brick),
-    which a shared object cannot remember. The entry remembers it.
+    which a shared object cannot remember. The entry remembers it. (In Python: the
+    reference; ``brickscope._hotpath.Entry`` is the same in C.)
     """
 
     __slots__ = ("_scope", "_record")
 
-    def __enter__(self) -> _Entry:
+    def __enter__(self) -> _PyEntry:
         recorder = _state.recorder
         compiling = _state.compiling
         if recorder is None or (compiling is not None and compiling()):
@@ -361,7 +377,7 @@ class _Entry:
         return f"<brickscope {KIND_NAMES[self._scope._kind]} {self._scope._name!r}>"
 
 
-def _exit_entry_out_of_order(entry: _Entry, rec: Record, error: BaseException | None) -> None:
+def _exit_entry_out_of_order(entry: Any, rec: Record, error: BaseException | None) -> None:
     """The entry's record is not the innermost open one: close it where it is (counted
     as a repair), unless it is not on this context's stack (the entry was entered
     again, here or on another thread): then close the innermost record this entry
@@ -377,13 +393,22 @@ def _exit_entry_out_of_order(entry: _Entry, rec: Record, error: BaseException | 
 _new_entry = object.__new__
 
 
+def _py_make_entry(scope: _Scope) -> _PyEntry:
+    entry = _new_entry(_PyEntry)
+    entry._scope = scope
+    return entry
+
+
+_Entry: Any = _PyEntry if _hot is None else _hot.Entry
+#: A fresh entry for a scope object.
+_make_entry: Callable[[_Scope], Any] = _py_make_entry if _hot is None else _hot.Entry
+
+
 def _entry(scope: _Scope) -> Any:
     """``scope`` itself when brickscope is off (nothing to remember), else a fresh entry."""
     if _state.recorder is None:
         return scope
-    entry = _new_entry(_Entry)
-    entry._scope = scope
-    return entry
+    return _make_entry(scope)
 
 
 # Scope objects are immutable and stateless, so the factories hand out one shared
@@ -419,9 +444,7 @@ def brick(name: str, category: str | None = None, elements: int = 0, stream: Any
                     pass
         if _state.recorder is None:
             return scope
-        entry = _new_entry(_Entry)
-        entry._scope = scope
-        return entry
+        return _make_entry(scope)
     return Brick(name, category, elements, stream, **attributes)
 
 
@@ -477,6 +500,51 @@ def _indexed(cls: Any, cache: dict[int, Any], index: int, attributes: dict[str, 
         if len(cache) < _CACHE_LIMIT:
             cache[index] = scope
     return _entry(scope)
+
+
+if _hot is not None:
+    # The one-argument forms (``brick("rms_norm")``, ``layer(3)``) are a cache lookup in C;
+    # every other form, and a miss, runs the Python factory above.
+    brick = _hot.factory("brick", _bricks, brick, False)  # type: ignore[assignment]
+    kernel = _hot.factory("kernel", _kernels, kernel, False)  # type: ignore[assignment]
+    layer = _hot.factory("layer", _layers, layer, True)  # type: ignore[assignment]
+    step = _hot.factory("step", _steps, step, True)  # type: ignore[assignment]
+
+
+class _InGraph:
+    """What the factories give inside torch.compile'd code in C mode: records nothing (as
+    every scope while compiling), and is plain Python, which Dynamo can trace."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _InGraph:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def __call__(self, func: F) -> F:
+        return func
+
+
+_substitutes_registered = False
+
+
+def _in_graph(*args: Any, **kwargs: Any) -> _InGraph:
+    return _InGraph()  # made inside the compiled region: Dynamo traces its with-statement
+
+
+def register_compile_substitutes(torch: Any) -> None:
+    """Give torch.compile Python stand-ins for the C factories (Dynamo cannot trace C, and a
+    C call is a graph break): inside compiled code a factory returns a scope that records
+    nothing, which is what every scope does while compiling. Idempotent; no-op in pure Python."""
+    global _substitutes_registered
+    substitute = getattr(getattr(torch, "compiler", None), "substitute_in_graph", None)
+    if _hot is None or _substitutes_registered or substitute is None:
+        return
+    for factory in (brick, kernel, layer, step):
+        substitute(factory, skip_signature_check=True)(_in_graph)
+    _substitutes_registered = True
 
 
 #: What :func:`enter_scope` returns: opaque, for :func:`exit_scope` only.
@@ -792,3 +860,7 @@ def _dims(value: object, what: str) -> tuple[int, int, int]:
     ):
         raise ValueError(f"brickscope: {what} must be 1 to 3 positive ints, got {value!r}")
     return tuple(dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
+
+
+if _hot is not None:
+    _hot.init_scopes(vars(_state), _enter_failed, _exit_failed, _exit_out_of_order, _exit_entry_out_of_order)

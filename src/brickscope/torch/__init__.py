@@ -31,11 +31,12 @@ except ImportError as exc:  # pragma: no cover - exercised without torch
         "brickscope.torch needs PyTorch: pip install 'brickscope[torch]' (or any torch >= 2.4)"
     ) from exc
 
-from brickscope import _state
+from brickscope import _scope, _state
 from brickscope.torch._instrument import Instrumentation, instrument
 from brickscope.torch._plan import Mapped
 
 # Any brickscope scope traced by torch.compile records nothing and breaks no graph.
 _state.compiling = torch.compiler.is_compiling
+_scope.register_compile_substitutes(torch)  # the C accelerator's factories, if built
 
 __all__ = ["Instrumentation", "Mapped", "instrument"]

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import threading
+import time
 import traceback
 from collections import deque
 from typing import Any, Callable
@@ -38,6 +39,7 @@ _top, _set_top = _record.TOP.get, _record.TOP.set
 _current_context, _with_span, _attach = _otel_context.current, _otel_context.with_span, _otel_context.attach
 _get_ident = threading.get_ident
 _new_record = object.__new__
+_hotpath = _record.hotpath
 _NEVER = 1 << 62  # a perf_counter_ns no poll is due before
 BLOCK = 1  # close triggers a sync, waiting for the GPU
 POLL = 2  # close triggers a sync of what is already complete
@@ -52,7 +54,108 @@ CLOSE_ACTIONS = {
 }
 
 
-class Recorder:
+class _PyRecording:
+    """Recorder.open/close in pure Python: the reference implementation.
+
+    ``brickscope._hotpath.RecorderCore`` is the same in C (the common path of a nested
+    scope; everything else calls the helpers of :class:`Recorder` below, which both share).
+    """
+
+    __slots__ = ()
+
+    def open(self: Recorder, owner: Any, opener: Any = None) -> Record:  # type: ignore[misc]
+        """Push a new record for a scope entering on this thread/task. Never blocks.
+
+        ``opener``: the object a ``with`` exit will look the record up by (None for
+        token and decorator scopes, which keep the record themselves).
+        """
+        rec = _new_record(Record)
+        top = _top()
+        current = _current_context()
+        if top is None or top.otel_context is not current:
+            # Outermost scope, or user code started its own span since the scope below
+            # opened: the parent is whatever OTel span is current.
+            current = self._open_root(rec, owner, current)
+        else:
+            rec.trace_id = top.trace_id
+            rec.sampled = top.sampled
+            rec.otel_parent = None
+            rec.parent = top
+            rec.context_token = None
+        rec.otel_context = current
+        rec.owner = owner
+        rec.opener = opener
+        rec.recorder = self
+        rec.link = top
+        rec.span_id = 0
+        rec.span_context = None
+        rec.thread_id = tid = _get_ident()
+        if tid not in self.thread_names:
+            self._name_thread(tid)
+        rec.ended = False
+        rec.error = None
+        rec.gpu_error = None
+        rec.nested_ns = 0
+        rec.enclosing = rec.notes = None
+        rec.gpu_first = rec.gpu_last = 0
+        _set_top(rec)
+        if self.timer is not None:
+            self._open_gpu(rec, owner, top)
+        else:
+            rec.stream = None
+            rec.start_mark = -1
+        rec.end_mark = -1
+        rec.host_start = perf_counter_ns()
+        return rec
+
+    def close(self: Recorder, rec: Record, error: BaseException | None) -> None:  # type: ignore[misc]
+        """Pop ``rec`` and queue it for resolution; a sync point if the policy says so."""
+        end = perf_counter_ns()
+        if rec.start_mark >= 0:
+            self._mark_end(rec)
+        rec.host_end = end
+        rec.ended = True
+        rec.opener = None  # only open records are looked up; and no entry <-> record cycle
+        if _top() is rec:  # the innermost open scope: the usual, LIFO case
+            if rec.context_token is not None:
+                _release_context(rec)
+            below = rec.link
+            while below is not None and below.ended:  # scopes ended out of order surface now
+                if below.context_token is not None:
+                    _release_context(below)
+                below = below.link
+            _set_top(below)
+        else:
+            self._counts["scope_repairs"] += 1
+            _repair_stack(rec)
+        if error is not None:
+            rec.error = _describe(error)
+        pending = self.pending
+        if rec.sampled:
+            pending.append(rec)
+        else:  # no span; an unsampled brick still goes to the metrics (folded, not built)
+            self._counts["scopes_unsampled"] += 1
+            if not self.aggregate_unsampled:
+                return
+            if rec.owner._kind == KIND_BRICK:
+                if self.fold_closed is not None:  # host clock: folded now, never pending
+                    self.fold_closed(rec)
+                else:
+                    pending.append(rec)
+        action = self.close_actions[rec.owner._kind]
+        if action:
+            self._act(rec, action)
+        elif len(pending) >= self._pending_limit:
+            self._overflow(len(pending))
+        elif end >= self._next_poll_ns:
+            self._poll(end)
+
+
+#: Where open/close come from: C when the accelerator is built, else the Python above.
+_RecordingBase: Any = _PyRecording if _hotpath is None else _hotpath.RecorderCore
+
+
+class Recorder(_RecordingBase):
     """Opens and closes records for scopes; ended ones wait in :attr:`pending`.
 
     Args:
@@ -103,7 +206,7 @@ class Recorder:
         self._provider = tracer_provider
         self.id_generator = tracer_provider.id_generator
         self._root_sampled = static_root_decision(tracer_provider.sampler)
-        self._max_delay_ns = int(max_delay_millis * 1e6)
+        self._max_delay_ns = min(int(max_delay_millis * 1e6), _NEVER)
         self._next_poll_ns = perf_counter_ns() + self._max_delay_ns
         self.pending: deque[Record] = deque()
         self.thread_names: dict[int, str] = {}
@@ -118,63 +221,39 @@ class Recorder:
         #: the host clock, where nothing is left to resolve. None: it waits to be resolved.
         self.fold_closed: Callable[[Record], None] | None = None
 
-    def open(self, owner: Any, opener: Any = None) -> Record:
-        """Push a new record for a scope entering on this thread/task. Never blocks.
+    # --- the parts of open/close both implementations share (rare or policy-laden) -------
 
-        ``opener``: the object a ``with`` exit will look the record up by (None for
-        token and decorator scopes, which keep the record themselves).
-        """
-        rec = _new_record(Record)
-        top = _top()
-        current = _current_context()
-        if top is None or top.otel_context is not current:
-            # Outermost scope, or user code started its own span since the scope below
-            # opened: the parent is whatever OTel span is current.
-            span = _otel_context.current_span(current)
-            span_context = span.get_span_context() if span is not None else None
-            if span_context is not None and span_context.is_valid:
-                rec.trace_id = span_context.trace_id
-                rec.sampled = span_context.trace_flags.sampled
-            else:
-                span_context = None
-                rec.trace_id = trace_id = self.id_generator.generate_trace_id()
-                rec.sampled = self._sample_root(trace_id, owner._name)
-            if owner._kind == KIND_STEP and self._step_sampling is not None and rec.sampled:
-                rec.sampled = self._step_sampling.samples(owner._index)
-            rec.otel_parent = span_context
-            rec.parent = None
-            if self.propagate_context and owner._propagates:
-                current = _with_span(current, _SCOPE_SPAN)
-                rec.context_token = _attach(current)
-            else:
-                rec.context_token = None
+    def _open_root(self, rec: Record, owner: Any, current: Any) -> Any:
+        """An outermost scope (or one under a user span started inside a scope): the
+        trace, sampling decision and OTel parent from the current context; attaches the
+        shared ``ScopeSpan`` if this scope propagates. Returns the context inside it."""
+        span = _otel_context.current_span(current)
+        span_context = span.get_span_context() if span is not None else None
+        if span_context is not None and span_context.is_valid:
+            rec.trace_id = span_context.trace_id
+            rec.sampled = span_context.trace_flags.sampled
         else:
-            rec.trace_id = top.trace_id
-            rec.sampled = top.sampled
-            rec.otel_parent = None
-            rec.parent = top
+            span_context = None
+            rec.trace_id = trace_id = self.id_generator.generate_trace_id()
+            rec.sampled = self._sample_root(trace_id, owner._name)
+        if owner._kind == KIND_STEP and self._step_sampling is not None and rec.sampled:
+            rec.sampled = self._step_sampling.samples(owner._index)
+        rec.otel_parent = span_context
+        rec.parent = None
+        if self.propagate_context and owner._propagates:
+            current = _with_span(current, _SCOPE_SPAN)
+            rec.context_token = _attach(current)
+        else:
             rec.context_token = None
-        rec.otel_context = current
-        rec.owner = owner
-        rec.opener = opener
-        rec.recorder = self
-        rec.link = top
-        rec.span_id = 0
-        rec.span_context = None
-        rec.thread_id = tid = _get_ident()
-        if tid not in self.thread_names:
-            self.thread_names[tid] = threading.current_thread().name
-        rec.ended = False
-        rec.error = None
-        rec.gpu_error = None
-        rec.nested_ns = 0
-        rec.enclosing = rec.notes = None
-        rec.gpu_first = rec.gpu_last = 0
-        _set_top(rec)
-        timer = self.timer
+        return current
+
+    def _name_thread(self, tid: int) -> None:
+        self.thread_names[tid] = threading.current_thread().name
+
+    def _open_gpu(self, rec: Record, owner: Any, top: Record | None) -> None:
+        """Record the start event of a GPU-timed scope (sets stream, start_mark, gpu_error)."""
         if (
-            timer is not None
-            and (rec.sampled or (self.aggregate_unsampled and owner._kind == KIND_BRICK))
+            (rec.sampled or (self.aggregate_unsampled and owner._kind == KIND_BRICK))
             and self._gpu_timed[owner._kind]
             and not owner._host_only
         ):
@@ -185,15 +264,37 @@ class Recorder:
                 rec.start_mark = -1
                 rec.gpu_error = getattr(exc, "code_name", type(exc).__name__)
             else:
-                rec.start_mark = mark = timer.mark(stream)
+                rec.start_mark = mark = self.timer.mark(stream)
                 if mark < 0:
                     rec.gpu_error = "mark_failed"
         else:
             rec.stream = None
             rec.start_mark = -1
-        rec.end_mark = -1
-        rec.host_start = perf_counter_ns()
-        return rec
+
+    def _mark_end(self, rec: Record) -> None:
+        """Record the end event of a GPU-timed scope."""
+        try:
+            rec.end_mark = self.timer.mark(rec.stream)
+        except Exception as exc:  # a timer closed by a reconfigure, a driver fault: host timing
+            rec.gpu_error = getattr(exc, "code_name", type(exc).__name__)
+
+    def _act(self, rec: Record, action: int) -> None:
+        """What closing ``rec`` triggers by the sync policy (``CLOSE_ACTIONS``)."""
+        if action == WAKE:
+            self.wake()
+            return
+        if action == LATE:
+            self._counts["closed_after_shutdown"] += 1
+        if action == POLL:
+            self.sync(block=False)
+        else:
+            self.sync(block=True, timeout_millis=self.sync_timeout_millis, streams=(rec.stream,))
+
+    def _poll(self, end: int) -> None:
+        """``max_delay_millis`` passed since the last poll: resolve what is complete."""
+        self._counts["polls"] += 1
+        self._next_poll_ns = end + self._max_delay_ns
+        self.sync(block=False)
 
     def _stream_of(self, owner: Any, top: Record | None) -> Any:
         """The timer's StreamRef for a scope: its own stream, else the enclosing scope's.
@@ -224,61 +325,6 @@ class Recorder:
         if type(ref) is _Unusable:
             raise ref
         return ref
-
-    def close(self, rec: Record, error: BaseException | None) -> None:
-        """Pop ``rec`` and queue it for resolution; a sync point if the policy says so."""
-        end = perf_counter_ns()
-        if rec.start_mark >= 0:
-            try:
-                rec.end_mark = self.timer.mark(rec.stream)
-            except Exception as exc:  # a timer closed by a reconfigure, a driver fault: host timing
-                rec.gpu_error = getattr(exc, "code_name", type(exc).__name__)
-        rec.host_end = end
-        rec.ended = True
-        rec.opener = None  # only open records are looked up; and no entry <-> record cycle
-        if _top() is rec:  # the innermost open scope: the usual, LIFO case
-            if rec.context_token is not None:
-                _release_context(rec)
-            below = rec.link
-            while below is not None and below.ended:  # scopes ended out of order surface now
-                if below.context_token is not None:
-                    _release_context(below)
-                below = below.link
-            _set_top(below)
-        else:
-            self._counts["scope_repairs"] += 1
-            _repair_stack(rec)
-        if error is not None:
-            rec.error = _describe(error)
-        pending = self.pending
-        if rec.sampled:
-            pending.append(rec)
-        else:  # no span; an unsampled brick still goes to the metrics (folded, not built)
-            self._counts["scopes_unsampled"] += 1
-            if not self.aggregate_unsampled:
-                return
-            if rec.owner._kind == KIND_BRICK:
-                if self.fold_closed is not None:  # host clock: folded now, never pending
-                    self.fold_closed(rec)
-                else:
-                    pending.append(rec)
-        action = self.close_actions[rec.owner._kind]
-        if action:
-            if action == WAKE:
-                self.wake()
-                return
-            if action == LATE:
-                self._counts["closed_after_shutdown"] += 1
-            if action == POLL:
-                self.sync(block=False)
-            else:
-                self.sync(block=True, timeout_millis=self.sync_timeout_millis, streams=(rec.stream,))
-        elif len(pending) >= self._pending_limit:
-            self._overflow(len(pending))
-        elif end >= self._next_poll_ns:
-            self._counts["polls"] += 1
-            self._next_poll_ns = end + self._max_delay_ns
-            self.sync(block=False)
 
     def _overflow(self, size: int) -> None:
         """Many records pending: wake the resolver thread at half of ``max_pending``;
@@ -380,3 +426,16 @@ def _describe(error: BaseException) -> tuple[str, str, str]:
     """exception.type / .message / .stacktrace for the exception event."""
     stacktrace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     return type(error).__qualname__, str(error), stacktrace
+
+
+if _hotpath is not None:
+    _hotpath.init_recorder(
+        _otel_context.runtime_var,
+        _current_context,
+        globals(),  # the C side reads perf_counter_ns here on each use, as the Python does
+        time.perf_counter_ns,
+        time.get_clock_info("perf_counter").implementation == "clock_gettime(CLOCK_MONOTONIC)",
+        _release_context,
+        _repair_stack,
+        _describe,
+    )

@@ -1,0 +1,1105 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * brickscope._hotpath: the C accelerator of the scope hot path (optional).
+ *
+ * What `with bs.brick("x"):` runs, in C: the factory's cache lookup, the per-use
+ * entry object, its __enter__/__exit__, the shared scope objects' own
+ * __enter__/__exit__, and Recorder.open/close's common path (a nested scope on the
+ * host clock: fill a record, push it on the ContextVar stack, pop it, queue it).
+ * Everything rare or policy-laden stays in Python and is called from here: a root
+ * scope's sampling and OTel context (Recorder._open_root), GPU marks
+ * (Recorder._open_gpu/_mark_end), stack repairs, sync points, error descriptions,
+ * failure logging. The pure-Python code in _record.py, _scope.py and
+ * trace/_recorder.py is the reference; this file mirrors it line for line and
+ * tests/unit/test_native.py checks that both give the same spans.
+ *
+ * Records are GC-tracked objects with the same attributes as the Python Record
+ * (unset ones raise AttributeError), so resolution reads them unchanged.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- what the Python side registers (init_stack / init_recorder / init_scopes) ---- */
+
+static PyObject *g_top_var;             /* brickscope._record.TOP */
+static PyObject *g_kind_names;          /* ("step", "layer", "brick", "kernel") */
+static PyObject *g_otel_var;            /* OTel's runtime ContextVar, or NULL */
+static PyObject *g_otel_current;        /* _otel_context.current (used without the var) */
+static PyObject *g_clock_dict;          /* trace._recorder's globals: "perf_counter_ns" */
+static PyObject *g_perf_counter_ns;     /* time.perf_counter_ns */
+static int g_clock_is_monotonic;        /* perf_counter_ns is clock_gettime(CLOCK_MONOTONIC) */
+static PyObject *g_release_context;     /* trace._recorder._release_context(rec) */
+static PyObject *g_repair_stack;        /* trace._recorder._repair_stack(rec) */
+static PyObject *g_describe;            /* trace._recorder._describe(error) */
+static PyObject *g_state_dict;          /* brickscope._state.__dict__ */
+static PyObject *g_enter_failed;        /* _scope._enter_failed(recorder, exc) */
+static PyObject *g_exit_failed;         /* _scope._exit_failed(rec, exc) */
+static PyObject *g_exit_out_of_order;   /* _scope._exit_out_of_order(scope, top, error) */
+static PyObject *g_exit_entry_ooo;      /* _scope._exit_entry_out_of_order(entry, rec, error) */
+
+static PyObject *s_recorder, *s_compiling, *s_perf_counter_ns, *s_kind, *s_open_root, *s_open_gpu,
+    *s_mark_end, *s_name_thread, *s_act, *s_overflow, *s_poll, *s_scope_repairs, *s_scopes_unsampled,
+    *s_append, *s_open, *s_close, *s_name;
+static PyObject *g_zero, *g_minus_one;
+
+#define KIND_BRICK 2
+
+static PyTypeObject RecordType, RecorderCoreType, ScopeBaseType, EntryType, FactoryType;
+
+/* ---- Record ------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *owner, *opener, *recorder, *link, *parent, *otel_parent, *otel_context, *trace_id, *span_id,
+        *span_context, *sampled, *thread_id, *host_start, *host_end, *stream, *start_mark, *end_mark,
+        *gpu_error, *error, *ended, *context_token, *nested_ns, *gpu_first, *gpu_last, *enclosing, *notes;
+} RecordObject;
+
+#define RECORD_FIELDS(X)                                                                              \
+    X(owner) X(opener) X(recorder) X(link) X(parent) X(otel_parent) X(otel_context) X(trace_id)       \
+    X(span_id) X(span_context) X(sampled) X(thread_id) X(host_start) X(host_end) X(stream)           \
+    X(start_mark) X(end_mark) X(gpu_error) X(error) X(ended) X(context_token) X(nested_ns)          \
+    X(gpu_first) X(gpu_last) X(enclosing) X(notes)
+
+#define Record_Check(o) (Py_TYPE(o) == &RecordType)
+
+static PyMemberDef record_members[] = {
+#define X(f) {#f, T_OBJECT_EX, offsetof(RecordObject, f), 0, NULL},
+    RECORD_FIELDS(X)
+#undef X
+    {NULL}};
+
+static int record_traverse(RecordObject *self, visitproc visit, void *arg) {
+#define X(f) Py_VISIT(self->f);
+    RECORD_FIELDS(X)
+#undef X
+    return 0;
+}
+
+static int record_clear(RecordObject *self) {
+#define X(f) Py_CLEAR(self->f);
+    RECORD_FIELDS(X)
+#undef X
+    return 0;
+}
+
+static void record_dealloc(RecordObject *self) {
+    PyObject_GC_UnTrack(self);
+    Py_TRASHCAN_BEGIN(self, record_dealloc)
+    record_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+    Py_TRASHCAN_END
+}
+
+static PyObject *record_repr(RecordObject *self) {
+    if (self->owner == NULL || self->owner == Py_None)
+        return PyUnicode_FromString("<brickscope scope token (inert)>");
+    PyObject *kind = PyObject_GetAttr(self->owner, s_kind);
+    if (kind == NULL) return NULL;
+    PyObject *kind_name = PyObject_GetItem(g_kind_names, kind);
+    Py_DECREF(kind);
+    if (kind_name == NULL) return NULL;
+    PyObject *name = PyObject_GetAttr(self->owner, s_name);
+    if (name == NULL) {
+        Py_DECREF(kind_name);
+        return NULL;
+    }
+    PyObject *out = PyUnicode_FromFormat("<brickscope scope token: %U %R>", kind_name, name);
+    Py_DECREF(kind_name);
+    Py_DECREF(name);
+    return out;
+}
+
+static PyTypeObject RecordType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope._hotpath.Record",
+    .tp_doc = "One scope, open or ended but not yet turned into a span (C layout of brickscope._record.Record).",
+    .tp_basicsize = sizeof(RecordObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)record_dealloc,
+    .tp_traverse = (traverseproc)record_traverse,
+    .tp_clear = (inquiry)record_clear,
+    .tp_repr = (reprfunc)record_repr,
+    .tp_members = record_members,
+};
+
+/* ---- small helpers ------------------------------------------------------------------ */
+
+/* The scope stack's top: a new reference (None when empty). */
+static PyObject *stack_top(void) {
+    PyObject *top = NULL;
+    if (PyContextVar_Get(g_top_var, Py_None, &top) < 0) return NULL;
+    return top;
+}
+
+static int stack_set(PyObject *value) {
+    PyObject *token = PyContextVar_Set(g_top_var, value);
+    if (token == NULL) return -1;
+    Py_DECREF(token);
+    return 0;
+}
+
+static PyObject *otel_current(void) {
+    if (g_otel_var != NULL) {
+        PyObject *value = NULL;
+        if (PyContextVar_Get(g_otel_var, NULL, &value) < 0) return NULL;
+        if (value == NULL) {
+            PyErr_SetString(PyExc_LookupError, "OpenTelemetry's runtime context is unset");
+            return NULL;
+        }
+        return value;
+    }
+    return PyObject_CallNoArgs(g_otel_current);
+}
+
+/* perf_counter_ns() as the recorder module sees it (tests drive it by replacing it). */
+static PyObject *clock_now(long long *value) {
+    PyObject *clock = PyDict_GetItemWithError(g_clock_dict, s_perf_counter_ns);
+    if (clock == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "brickscope: recorder clock missing");
+        return NULL;
+    }
+    if (clock == g_perf_counter_ns && g_clock_is_monotonic) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        *value = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+        return PyLong_FromLongLong(*value);
+    }
+    PyObject *now = PyObject_CallNoArgs(clock);
+    if (now == NULL) return NULL;
+    *value = PyLong_AsLongLong(now);
+    if (*value == -1 && PyErr_Occurred()) {
+        Py_DECREF(now);
+        return NULL;
+    }
+    return now;
+}
+
+static int counts_add(PyObject *counts, PyObject *key) {
+    PyObject *old = PyDict_GetItemWithError(counts, key);
+    if (old == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
+        return -1;
+    }
+    PyObject *one = PyLong_FromLong(1);
+    PyObject *new = PyNumber_Add(old, one);
+    Py_DECREF(one);
+    if (new == NULL) return -1;
+    int rc = PyDict_SetItem(counts, key, new);
+    Py_DECREF(new);
+    return rc;
+}
+
+/* Whether the exception set is an Exception (what `except Exception` catches); if so it
+ * is taken and returned (normalized), else NULL with the error left set. */
+static PyObject *take_exception(void) {
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL) PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    if (value == NULL) {
+        Py_INCREF(Py_None);
+        value = Py_None;
+    }
+    return value;
+}
+
+/* ---- RecorderCore: the hot-path half of trace._recorder.Recorder ------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *timer, *pending, *pending_append, *close_actions, *counts, *thread_names, *aggregate_unsampled;
+    PyObject *fold_closed;
+    long long pending_limit, next_poll_ns, max_delay_ns;
+} RecorderCore;
+
+static PyMemberDef recorder_members[] = {
+    {"timer", T_OBJECT_EX, offsetof(RecorderCore, timer), 0, NULL},
+    {"close_actions", T_OBJECT_EX, offsetof(RecorderCore, close_actions), 0, NULL},
+    {"_counts", T_OBJECT_EX, offsetof(RecorderCore, counts), 0, NULL},
+    {"thread_names", T_OBJECT_EX, offsetof(RecorderCore, thread_names), 0, NULL},
+    {"aggregate_unsampled", T_OBJECT_EX, offsetof(RecorderCore, aggregate_unsampled), 0, NULL},
+    {"fold_closed", T_OBJECT_EX, offsetof(RecorderCore, fold_closed), 0, NULL},
+    {"_pending_limit", T_LONGLONG, offsetof(RecorderCore, pending_limit), 0, NULL},
+    {"_next_poll_ns", T_LONGLONG, offsetof(RecorderCore, next_poll_ns), 0, NULL},
+    {"_max_delay_ns", T_LONGLONG, offsetof(RecorderCore, max_delay_ns), 0, NULL},
+    {NULL}};
+
+static PyObject *recorder_get_pending(RecorderCore *self, void *closure) {
+    if (self->pending == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "pending");
+        return NULL;
+    }
+    Py_INCREF(self->pending);
+    return self->pending;
+}
+
+static int recorder_set_pending(RecorderCore *self, PyObject *value, void *closure) {
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "pending cannot be deleted");
+        return -1;
+    }
+    PyObject *append = PyObject_GetAttr(value, s_append);
+    if (append == NULL) return -1;
+    Py_INCREF(value);
+    Py_XSETREF(self->pending, value);
+    Py_XSETREF(self->pending_append, append);
+    return 0;
+}
+
+static PyGetSetDef recorder_getset[] = {
+    {"pending", (getter)recorder_get_pending, (setter)recorder_set_pending, "Ended records waiting for resolution.", NULL},
+    {NULL}};
+
+static int recorder_traverse(RecorderCore *self, visitproc visit, void *arg) {
+    Py_VISIT(self->timer);
+    Py_VISIT(self->pending);
+    Py_VISIT(self->pending_append);
+    Py_VISIT(self->close_actions);
+    Py_VISIT(self->counts);
+    Py_VISIT(self->thread_names);
+    Py_VISIT(self->aggregate_unsampled);
+    Py_VISIT(self->fold_closed);
+    return 0;
+}
+
+static int recorder_clear(RecorderCore *self) {
+    Py_CLEAR(self->timer);
+    Py_CLEAR(self->pending);
+    Py_CLEAR(self->pending_append);
+    Py_CLEAR(self->close_actions);
+    Py_CLEAR(self->counts);
+    Py_CLEAR(self->thread_names);
+    Py_CLEAR(self->aggregate_unsampled);
+    Py_CLEAR(self->fold_closed);
+    return 0;
+}
+
+static void recorder_dealloc(RecorderCore *self) {
+    PyObject_GC_UnTrack(self);
+    recorder_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int recorder_ready(RecorderCore *self) {
+    if (self->timer && self->pending_append && self->close_actions && self->counts && self->thread_names &&
+        self->aggregate_unsampled && self->fold_closed)
+        return 1;
+    PyErr_SetString(PyExc_RuntimeError, "brickscope: Recorder used before its __init__ ran");
+    return 0;
+}
+
+/* The kind of a scope object (0 step .. 3 kernel); cached on the C scope base. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *name, *category, *elements, *stream, *index, *attributes;
+    int kind1; /* kind + 1; 0: not looked up yet */
+} ScopeObject;
+
+static long owner_kind(PyObject *owner) {
+    int is_scope = PyObject_TypeCheck(owner, &ScopeBaseType);
+    if (is_scope && ((ScopeObject *)owner)->kind1 > 0) return ((ScopeObject *)owner)->kind1 - 1;
+    PyObject *kind = PyObject_GetAttr(owner, s_kind);
+    if (kind == NULL) return -1;
+    long value = PyLong_AsLong(kind);
+    Py_DECREF(kind);
+    if (value == -1 && PyErr_Occurred()) return -1;
+    if (value < 0 || value > 3) {
+        PyErr_Format(PyExc_ValueError, "brickscope: unknown scope kind %ld", value);
+        return -1;
+    }
+    if (is_scope) ((ScopeObject *)owner)->kind1 = (int)value + 1;
+    return value;
+}
+
+/* Recorder.open(owner, opener): mirrors _recorder._PyRecording.open. New reference. */
+static PyObject *rc_open(RecorderCore *self, PyObject *owner, PyObject *opener) {
+    if (!recorder_ready(self)) return NULL;
+    PyObject *top = stack_top();
+    if (top == NULL) return NULL;
+    PyObject *current = otel_current();
+    if (current == NULL) {
+        Py_DECREF(top);
+        return NULL;
+    }
+    RecordObject *rec = (RecordObject *)RecordType.tp_alloc(&RecordType, 0);
+    if (rec == NULL) goto fail;
+    if (top != Py_None && !Record_Check(top)) {
+        PyErr_SetString(PyExc_TypeError, "brickscope: the scope stack holds a foreign object");
+        goto fail;
+    }
+    if (top == Py_None || ((RecordObject *)top)->otel_context != current) {
+        /* outermost scope, or a user span started since the scope below opened */
+        PyObject *args[] = {(PyObject *)self, (PyObject *)rec, owner, current};
+        PyObject *res = PyObject_VectorcallMethod(s_open_root, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (res == NULL) goto fail;
+        Py_SETREF(current, res);
+    } else {
+        RecordObject *below = (RecordObject *)top;
+        if (below->trace_id == NULL || below->sampled == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "brickscope: the record below has no trace");
+            goto fail;
+        }
+        Py_INCREF(below->trace_id);
+        rec->trace_id = below->trace_id;
+        Py_INCREF(below->sampled);
+        rec->sampled = below->sampled;
+        Py_INCREF(Py_None);
+        rec->otel_parent = Py_None;
+        Py_INCREF(top);
+        rec->parent = top;
+        Py_INCREF(Py_None);
+        rec->context_token = Py_None;
+    }
+    rec->otel_context = current; /* the reference moves */
+    current = NULL;
+    Py_INCREF(owner);
+    rec->owner = owner;
+    Py_INCREF(opener);
+    rec->opener = opener;
+    Py_INCREF(self);
+    rec->recorder = (PyObject *)self;
+    rec->link = top; /* the reference moves */
+    top = NULL;
+    Py_INCREF(g_zero);
+    rec->span_id = g_zero;
+    Py_INCREF(Py_None);
+    rec->span_context = Py_None;
+    rec->thread_id = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+    if (rec->thread_id == NULL) goto fail;
+    int known = PyDict_Contains(self->thread_names, rec->thread_id);
+    if (known < 0) goto fail;
+    if (!known) {
+        PyObject *args[] = {(PyObject *)self, rec->thread_id};
+        PyObject *res = PyObject_VectorcallMethod(s_name_thread, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (res == NULL) goto fail;
+        Py_DECREF(res);
+    }
+    Py_INCREF(Py_False);
+    rec->ended = Py_False;
+    Py_INCREF(Py_None);
+    rec->error = Py_None;
+    Py_INCREF(Py_None);
+    rec->gpu_error = Py_None;
+    Py_INCREF(g_zero);
+    rec->nested_ns = g_zero;
+    Py_INCREF(Py_None);
+    rec->enclosing = Py_None;
+    Py_INCREF(Py_None);
+    rec->notes = Py_None;
+    Py_INCREF(g_zero);
+    rec->gpu_first = g_zero;
+    Py_INCREF(g_zero);
+    rec->gpu_last = g_zero;
+    if (stack_set((PyObject *)rec) < 0) goto fail;
+    if (self->timer != Py_None) {
+        PyObject *args[] = {(PyObject *)self, (PyObject *)rec, owner, rec->link};
+        PyObject *res = PyObject_VectorcallMethod(s_open_gpu, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (res == NULL) goto fail;
+        Py_DECREF(res);
+    } else {
+        Py_INCREF(Py_None);
+        Py_XSETREF(rec->stream, Py_None);
+        Py_INCREF(g_minus_one);
+        Py_XSETREF(rec->start_mark, g_minus_one);
+    }
+    Py_INCREF(g_minus_one);
+    rec->end_mark = g_minus_one;
+    long long start;
+    rec->host_start = clock_now(&start);
+    if (rec->host_start == NULL) goto fail;
+    return (PyObject *)rec;
+fail:
+    Py_XDECREF(top);
+    Py_XDECREF(current);
+    Py_XDECREF(rec);
+    return NULL;
+}
+
+/* Release the OTel context of records leaving the stack (Python: _release_context). */
+static int release_context(RecordObject *rec) {
+    if (rec->context_token == NULL || rec->context_token == Py_None) return 0;
+    PyObject *res = PyObject_CallOneArg(g_release_context, (PyObject *)rec);
+    if (res == NULL) return -1;
+    Py_DECREF(res);
+    return 0;
+}
+
+static int is_true(PyObject *value) { return value == Py_True ? 1 : (value == NULL ? 0 : PyObject_IsTrue(value)); }
+
+/* Recorder.close(rec, error): mirrors _recorder._PyRecording.close. */
+static int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error) {
+    if (!recorder_ready(self)) return -1;
+    long long end;
+    PyObject *end_obj = clock_now(&end);
+    if (end_obj == NULL) return -1;
+    long long start_mark = rec->start_mark ? PyLong_AsLongLong(rec->start_mark) : -1;
+    if (start_mark == -1 && PyErr_Occurred()) goto fail;
+    if (start_mark >= 0) {
+        PyObject *args[] = {(PyObject *)self, (PyObject *)rec};
+        PyObject *res = PyObject_VectorcallMethod(s_mark_end, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (res == NULL) goto fail;
+        Py_DECREF(res);
+    }
+    Py_XSETREF(rec->host_end, end_obj);
+    end_obj = NULL;
+    Py_INCREF(Py_True);
+    Py_XSETREF(rec->ended, Py_True);
+    Py_INCREF(Py_None);
+    Py_XSETREF(rec->opener, Py_None);
+    PyObject *top = stack_top();
+    if (top == NULL) return -1;
+    int innermost = top == (PyObject *)rec;
+    Py_DECREF(top);
+    if (innermost) {
+        if (release_context(rec) < 0) return -1;
+        PyObject *below = rec->link ? rec->link : Py_None;
+        while (below != Py_None && Record_Check(below)) {
+            int ended = is_true(((RecordObject *)below)->ended);
+            if (ended < 0) return -1;
+            if (!ended) break;
+            if (release_context((RecordObject *)below) < 0) return -1;
+            below = ((RecordObject *)below)->link ? ((RecordObject *)below)->link : Py_None;
+        }
+        if (stack_set(below) < 0) return -1;
+    } else {
+        if (counts_add(self->counts, s_scope_repairs) < 0) return -1;
+        PyObject *res = PyObject_CallOneArg(g_repair_stack, (PyObject *)rec);
+        if (res == NULL) return -1;
+        Py_DECREF(res);
+    }
+    if (error != Py_None) {
+        PyObject *described = PyObject_CallOneArg(g_describe, error);
+        if (described == NULL) return -1;
+        Py_XSETREF(rec->error, described);
+    }
+    int sampled = is_true(rec->sampled);
+    if (sampled < 0) return -1;
+    long kind = owner_kind(rec->owner);
+    if (kind < 0) return -1;
+    if (sampled) {
+        PyObject *res = PyObject_CallOneArg(self->pending_append, (PyObject *)rec);
+        if (res == NULL) return -1;
+        Py_DECREF(res);
+    } else { /* no span; an unsampled brick still goes to the metrics (folded, not built) */
+        if (counts_add(self->counts, s_scopes_unsampled) < 0) return -1;
+        int aggregate = is_true(self->aggregate_unsampled);
+        if (aggregate < 0) return -1;
+        if (!aggregate) return 0;
+        if (kind == KIND_BRICK) { /* host clock: folded now, never pending */
+            PyObject *res = PyObject_CallOneArg(self->fold_closed != Py_None ? self->fold_closed : self->pending_append,
+                                                (PyObject *)rec);
+            if (res == NULL) return -1;
+            Py_DECREF(res);
+        }
+    }
+    PyObject *action = PyTuple_Check(self->close_actions) && PyTuple_GET_SIZE(self->close_actions) > kind
+                           ? PyTuple_GET_ITEM(self->close_actions, kind)
+                           : NULL;
+    if (action == NULL) {
+        PyErr_SetString(PyExc_TypeError, "brickscope: close_actions must be a tuple of four actions");
+        return -1;
+    }
+    int act = is_true(action);
+    if (act < 0) return -1;
+    PyObject *res;
+    if (act) {
+        PyObject *args[] = {(PyObject *)self, (PyObject *)rec, action};
+        res = PyObject_VectorcallMethod(s_act, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    } else {
+        Py_ssize_t size = PyObject_Length(self->pending);
+        if (size < 0) return -1;
+        if (size >= self->pending_limit) {
+            PyObject *n = PyLong_FromSsize_t(size);
+            if (n == NULL) return -1;
+            PyObject *args[] = {(PyObject *)self, n};
+            res = PyObject_VectorcallMethod(s_overflow, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            Py_DECREF(n);
+        } else if (end >= self->next_poll_ns) {
+            PyObject *args[] = {(PyObject *)self, rec->host_end};
+            res = PyObject_VectorcallMethod(s_poll, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        } else {
+            return 0;
+        }
+    }
+    if (res == NULL) return -1;
+    Py_DECREF(res);
+    return 0;
+fail:
+    Py_XDECREF(end_obj);
+    return -1;
+}
+
+static PyObject *recorder_open(RecorderCore *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "open(owner, opener=None)");
+        return NULL;
+    }
+    return rc_open(self, args[0], nargs == 2 ? args[1] : Py_None);
+}
+
+static PyObject *recorder_close(RecorderCore *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !Record_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "close(rec, error): rec must be a Record");
+        return NULL;
+    }
+    if (rc_close(self, (RecordObject *)args[0], args[1]) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef recorder_methods[] = {
+    {"open", (PyCFunction)(void (*)(void))recorder_open, METH_FASTCALL,
+     "open(owner, opener=None): push a new record for a scope entering on this thread/task."},
+    {"close", (PyCFunction)(void (*)(void))recorder_close, METH_FASTCALL,
+     "close(rec, error): pop rec and queue it for resolution; a sync point if the policy says so."},
+    {NULL}};
+
+static PyTypeObject RecorderCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope._hotpath.RecorderCore",
+    .tp_doc = "The hot-path half of brickscope.trace._recorder.Recorder (open/close in C).",
+    .tp_basicsize = sizeof(RecorderCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)recorder_dealloc,
+    .tp_traverse = (traverseproc)recorder_traverse,
+    .tp_clear = (inquiry)recorder_clear,
+    .tp_members = recorder_members,
+    .tp_getset = recorder_getset,
+    .tp_methods = recorder_methods,
+};
+
+/* ---- opening and closing from a scope or entry ------------------------------------- */
+
+/* _state.recorder (a new reference), or NULL when off or torch.compile is tracing this
+ * call; -1 on error. As in Python: both read first, then compiling() asked. */
+static int active_recorder(PyObject **out) {
+    *out = NULL;
+    PyObject *recorder = PyDict_GetItemWithError(g_state_dict, s_recorder);
+    if (recorder == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (recorder == Py_None) return 0;
+    PyObject *compiling = PyDict_GetItemWithError(g_state_dict, s_compiling);
+    if (compiling == NULL && PyErr_Occurred()) return -1;
+    Py_INCREF(recorder);
+    if (compiling != NULL && compiling != Py_None) {
+        PyObject *res = PyObject_CallNoArgs(compiling);
+        int tracing = res == NULL ? -1 : PyObject_IsTrue(res);
+        Py_XDECREF(res);
+        if (tracing != 0) {
+            Py_DECREF(recorder);
+            return tracing < 0 ? -1 : 0;
+        }
+    }
+    *out = recorder;
+    return 0;
+}
+
+static int is_tracing(void) {
+    PyObject *compiling = PyDict_GetItemWithError(g_state_dict, s_compiling);
+    if (compiling == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (compiling == Py_None) return 0;
+    PyObject *res = PyObject_CallNoArgs(compiling);
+    if (res == NULL) return -1;
+    int tracing = PyObject_IsTrue(res);
+    Py_DECREF(res);
+    return tracing;
+}
+
+/* recorder.open(scope, opener), "never raises": an Exception is counted and logged
+ * (_scope._enter_failed) and gives None. New reference, or NULL for a BaseException. */
+static PyObject *open_record(PyObject *recorder, PyObject *scope, PyObject *opener) {
+    Py_INCREF(recorder);
+    PyObject *rec;
+    if (PyObject_TypeCheck(recorder, &RecorderCoreType)) {
+        rec = rc_open((RecorderCore *)recorder, scope, opener);
+    } else {
+        PyObject *args[] = {recorder, scope, opener};
+        rec = PyObject_VectorcallMethod(s_open, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    if (rec == NULL) {
+        PyObject *exc = take_exception();
+        if (exc != NULL) {
+            PyObject *res = PyObject_CallFunctionObjArgs(g_enter_failed, recorder, exc, NULL);
+            Py_DECREF(exc);
+            if (res != NULL) {
+                Py_DECREF(res);
+                Py_INCREF(Py_None);
+                rec = Py_None;
+            }
+        }
+    }
+    Py_DECREF(recorder);
+    return rec;
+}
+
+/* rec.recorder.close(rec, error), never raising an Exception (_scope._exit_failed). */
+static int close_record(PyObject *rec, PyObject *error) {
+    int rc;
+    Py_INCREF(rec);
+    PyObject *recorder = ((RecordObject *)rec)->recorder;
+    if (recorder != NULL && PyObject_TypeCheck(recorder, &RecorderCoreType)) {
+        Py_INCREF(recorder);
+        rc = rc_close((RecorderCore *)recorder, (RecordObject *)rec, error);
+        Py_DECREF(recorder);
+    } else if (recorder != NULL) {
+        PyObject *args[] = {recorder, rec, error};
+        Py_INCREF(recorder);
+        PyObject *res = PyObject_VectorcallMethod(s_close, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(recorder);
+        rc = res == NULL ? -1 : 0;
+        Py_XDECREF(res);
+    } else {
+        PyErr_SetString(PyExc_AttributeError, "recorder");
+        rc = -1;
+    }
+    if (rc < 0) {
+        PyObject *exc = take_exception();
+        if (exc != NULL) {
+            PyObject *res = PyObject_CallFunctionObjArgs(g_exit_failed, rec, exc, NULL);
+            Py_DECREF(exc);
+            rc = res == NULL ? -1 : 0;
+            Py_XDECREF(res);
+        }
+    }
+    Py_DECREF(rec);
+    return rc;
+}
+
+static int check_exit_args(Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "__exit__(exc_type, exc, tb)");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- ScopeBase: the C base of _scope._Scope (shared, immutable scope objects) ------- */
+
+static PyMemberDef scope_members[] = {
+    {"_name", T_OBJECT_EX, offsetof(ScopeObject, name), 0, NULL},
+    {"_category", T_OBJECT_EX, offsetof(ScopeObject, category), 0, NULL},
+    {"_elements", T_OBJECT_EX, offsetof(ScopeObject, elements), 0, NULL},
+    {"_stream", T_OBJECT_EX, offsetof(ScopeObject, stream), 0, NULL},
+    {"_index", T_OBJECT_EX, offsetof(ScopeObject, index), 0, NULL},
+    {"_attributes", T_OBJECT_EX, offsetof(ScopeObject, attributes), 0, NULL},
+    {NULL}};
+
+static int scope_traverse(ScopeObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->name);
+    Py_VISIT(self->category);
+    Py_VISIT(self->elements);
+    Py_VISIT(self->stream);
+    Py_VISIT(self->index);
+    Py_VISIT(self->attributes);
+    return 0;
+}
+
+static int scope_clear(ScopeObject *self) {
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->category);
+    Py_CLEAR(self->elements);
+    Py_CLEAR(self->stream);
+    Py_CLEAR(self->index);
+    Py_CLEAR(self->attributes);
+    return 0;
+}
+
+static void scope_dealloc(ScopeObject *self) {
+    /* subclasses are Python classes: subtype_dealloc releases their type */
+    PyObject_GC_UnTrack(self);
+    scope_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *scope_enter(ScopeObject *self, PyObject *unused) {
+    PyObject *recorder;
+    if (active_recorder(&recorder) < 0) return NULL;
+    if (recorder != NULL) {
+        PyObject *rec = open_record(recorder, (PyObject *)self, (PyObject *)self);
+        Py_DECREF(recorder);
+        if (rec == NULL) return NULL;
+        Py_DECREF(rec);
+    }
+    Py_INCREF(self);
+    return (PyObject *)self;
+}
+
+static PyObject *scope_exit(ScopeObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (check_exit_args(nargs) < 0) return NULL;
+    int tracing = is_tracing();
+    if (tracing < 0) return NULL;
+    if (tracing) Py_RETURN_NONE;
+    PyObject *top = stack_top();
+    if (top == NULL) return NULL;
+    int rc = 0;
+    if (top != Py_None && Record_Check(top) && ((RecordObject *)top)->opener == (PyObject *)self) {
+        rc = close_record(top, args[1]);
+    } else if (top != Py_None) {
+        PyObject *res = PyObject_CallFunctionObjArgs(g_exit_out_of_order, (PyObject *)self, top, args[1], NULL);
+        rc = res == NULL ? -1 : 0;
+        Py_XDECREF(res);
+    }
+    Py_DECREF(top);
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef scope_methods[] = {
+    {"__enter__", (PyCFunction)scope_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))scope_exit, METH_FASTCALL, NULL},
+    {NULL}};
+
+static PyTypeObject ScopeBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope._hotpath.ScopeBase",
+    .tp_doc = "The C base of brickscope's scope objects: their fields and with-statement.",
+    .tp_basicsize = sizeof(ScopeObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)scope_dealloc,
+    .tp_traverse = (traverseproc)scope_traverse,
+    .tp_clear = (inquiry)scope_clear,
+    .tp_members = scope_members,
+    .tp_methods = scope_methods,
+};
+
+/* ---- Entry: one use of a shared scope object (_scope._Entry) ------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *scope, *record;
+} EntryObject;
+
+static PyMemberDef entry_members[] = {
+    {"_scope", T_OBJECT_EX, offsetof(EntryObject, scope), 0, NULL},
+    {"_record", T_OBJECT_EX, offsetof(EntryObject, record), 0, NULL},
+    {NULL}};
+
+static int entry_traverse(EntryObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->scope);
+    Py_VISIT(self->record);
+    return 0;
+}
+
+static int entry_clear(EntryObject *self) {
+    Py_CLEAR(self->scope);
+    Py_CLEAR(self->record);
+    return 0;
+}
+
+static void entry_dealloc(EntryObject *self) {
+    PyObject_GC_UnTrack(self);
+    entry_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *new_entry(PyObject *scope) {
+    EntryObject *entry = (EntryObject *)EntryType.tp_alloc(&EntryType, 0);
+    if (entry == NULL) return NULL;
+    Py_INCREF(scope);
+    entry->scope = scope;
+    return (PyObject *)entry;
+}
+
+static PyObject *entry_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *scope;
+    if (!PyArg_ParseTuple(args, "O:Entry", &scope)) return NULL;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "Entry(scope) takes no keyword arguments");
+        return NULL;
+    }
+    return new_entry(scope);
+}
+
+static PyObject *entry_enter(EntryObject *self, PyObject *unused) {
+    PyObject *recorder;
+    if (active_recorder(&recorder) < 0) return NULL;
+    PyObject *rec;
+    if (recorder == NULL || self->scope == NULL) {
+        Py_XDECREF(recorder);
+        Py_INCREF(Py_None);
+        rec = Py_None;
+    } else {
+        rec = open_record(recorder, self->scope, (PyObject *)self);
+        Py_DECREF(recorder);
+        if (rec == NULL) return NULL;
+    }
+    Py_XSETREF(self->record, rec);
+    Py_INCREF(self);
+    return (PyObject *)self;
+}
+
+static PyObject *entry_exit(EntryObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (check_exit_args(nargs) < 0) return NULL;
+    PyObject *rec = self->record;
+    if (rec == NULL || rec == Py_None) Py_RETURN_NONE;
+    Py_INCREF(rec);
+    PyObject *top = stack_top();
+    if (top == NULL) {
+        Py_DECREF(rec);
+        return NULL;
+    }
+    int rc;
+    if (top == rec && Record_Check(rec)) {
+        rc = close_record(rec, args[1]);
+    } else {
+        PyObject *res = PyObject_CallFunctionObjArgs(g_exit_entry_ooo, (PyObject *)self, rec, args[1], NULL);
+        rc = res == NULL ? -1 : 0;
+        Py_XDECREF(res);
+    }
+    Py_DECREF(top);
+    Py_DECREF(rec);
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *entry_call(EntryObject *self, PyObject *args, PyObject *kwargs) {
+    /* decorate with the shared scope (each call opens its own record) */
+    return PyObject_Call(self->scope, args, kwargs);
+}
+
+static PyObject *entry_repr(EntryObject *self) {
+    long kind = owner_kind(self->scope);
+    if (kind < 0) return NULL;
+    PyObject *name = PyObject_GetAttr(self->scope, s_name);
+    if (name == NULL) return NULL;
+    PyObject *out = PyUnicode_FromFormat("<brickscope %U %R>", PyTuple_GET_ITEM(g_kind_names, kind), name);
+    Py_DECREF(name);
+    return out;
+}
+
+static PyMethodDef entry_methods[] = {
+    {"__enter__", (PyCFunction)entry_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))entry_exit, METH_FASTCALL, NULL},
+    {NULL}};
+
+static PyTypeObject EntryType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope._hotpath.Entry",
+    .tp_doc = "One use of a shared scope object: a with-statement closes exactly the record it opened.",
+    .tp_basicsize = sizeof(EntryObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = entry_new,
+    .tp_dealloc = (destructor)entry_dealloc,
+    .tp_traverse = (traverseproc)entry_traverse,
+    .tp_clear = (inquiry)entry_clear,
+    .tp_repr = (reprfunc)entry_repr,
+    .tp_call = (ternaryfunc)entry_call,
+    .tp_members = entry_members,
+    .tp_methods = entry_methods,
+};
+
+/* ---- factories: brick(name) / kernel(name) / layer(i) / step(i) fast path ----------- */
+
+/* What a factory function closes over (its `self`): the cache and the Python factory. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *cache;  /* key -> shared scope object */
+    PyObject *slow;   /* the Python factory: every other form, and cache misses */
+    int exact_int;    /* keys are ints: only an exact int hits the cache (not True) */
+} FactoryObject;
+
+static PyObject *factory_call(FactoryObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (nargs == 1 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0) &&
+        (!self->exact_int || PyLong_CheckExact(args[0]))) {
+        PyObject *scope = PyDict_GetItemWithError(self->cache, args[0]);
+        if (scope == NULL && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
+            PyErr_Clear(); /* unhashable: the Python factory says what is wrong */
+        }
+        if (scope != NULL) {
+            PyObject *recorder = PyDict_GetItemWithError(g_state_dict, s_recorder);
+            if (recorder == NULL && PyErr_Occurred()) return NULL;
+            if (recorder == NULL || recorder == Py_None) {
+                Py_INCREF(scope);
+                return scope;
+            }
+            return new_entry(scope);
+        }
+    }
+    return PyObject_Vectorcall(self->slow, args, nargs, kwnames);
+}
+
+static int factory_traverse(FactoryObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->cache);
+    Py_VISIT(self->slow);
+    return 0;
+}
+
+static int factory_clear(FactoryObject *self) {
+    Py_CLEAR(self->cache);
+    Py_CLEAR(self->slow);
+    return 0;
+}
+
+static void factory_dealloc(FactoryObject *self) {
+    PyObject_GC_UnTrack(self);
+    factory_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject FactoryType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope._hotpath.FactoryState",
+    .tp_doc = "What a scope factory function closes over: its cache and the Python factory.",
+    .tp_basicsize = sizeof(FactoryObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_dealloc = (destructor)factory_dealloc,
+    .tp_traverse = (traverseproc)factory_traverse,
+    .tp_clear = (inquiry)factory_clear,
+};
+
+/* The factories are builtin functions (not callable objects), so that torch.compile can be
+ * given a Python stand-in for each (torch.compiler.substitute_in_graph takes functions). */
+#define FACTORY_DEF(name, signature, doc) \
+    {name, (PyCFunction)(void (*)(void))factory_call, METH_FASTCALL | METH_KEYWORDS, signature "\n--\n\n" doc}
+static PyMethodDef factory_defs[] = {
+    FACTORY_DEF("brick", "brick(name, category=None, elements=0, stream=None, **attributes)",
+                "A brick scope: one logical operation (see brickscope.Brick)."),
+    FACTORY_DEF("kernel", "kernel(name, grid=None, block=None, shared_mem_bytes=None, stream=None, **attributes)",
+                "A kernel scope: one launch inside a brick (see brickscope.Kernel)."),
+    FACTORY_DEF("layer", "layer(index, **attributes)", "A layer scope grouping bricks (see brickscope.Layer)."),
+    FACTORY_DEF("step", "step(number, **attributes)", "A step scope; its end is a sync point (see brickscope.Step)."),
+    {NULL}};
+
+static PyObject *make_factory(PyObject *module, PyObject *args) {
+    const char *name;
+    PyObject *cache, *slow;
+    int exact_int;
+    if (!PyArg_ParseTuple(args, "sO!Op", &name, &PyDict_Type, &cache, &slow, &exact_int)) return NULL;
+    PyMethodDef *def = factory_defs;
+    while (def->ml_name != NULL && strcmp(def->ml_name, name) != 0) def++;
+    if (def->ml_name == NULL) {
+        PyErr_Format(PyExc_ValueError, "no scope factory named %s", name);
+        return NULL;
+    }
+    FactoryObject *state = PyObject_GC_New(FactoryObject, &FactoryType);
+    if (state == NULL) return NULL;
+    Py_INCREF(cache);
+    state->cache = cache;
+    Py_INCREF(slow);
+    state->slow = slow;
+    state->exact_int = exact_int;
+    PyObject_GC_Track(state);
+    PyObject *module_name = PyUnicode_FromString("brickscope");
+    if (module_name == NULL) {
+        Py_DECREF(state);
+        return NULL;
+    }
+    PyObject *function = PyCFunction_NewEx(def, (PyObject *)state, module_name);
+    Py_DECREF(module_name);
+    Py_DECREF(state);
+    return function;
+}
+
+/* ---- registration ------------------------------------------------------------------- */
+
+static void set_global(PyObject **slot, PyObject *value) {
+    Py_XINCREF(value);
+    Py_XSETREF(*slot, value);
+}
+
+static PyObject *init_stack(PyObject *module, PyObject *args) {
+    PyObject *top, *kind_names;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyContextVar_Type, &top, &PyTuple_Type, &kind_names)) return NULL;
+    if (PyTuple_GET_SIZE(kind_names) != 4) {
+        PyErr_SetString(PyExc_ValueError, "four kind names");
+        return NULL;
+    }
+    set_global(&g_top_var, top);
+    set_global(&g_kind_names, kind_names);
+    Py_RETURN_NONE;
+}
+
+static PyObject *init_recorder(PyObject *module, PyObject *args) {
+    PyObject *otel_var, *otel_current, *clock_dict, *perf_counter_ns, *release_context, *repair_stack, *describe;
+    int monotonic;
+    if (!PyArg_ParseTuple(args, "OOO!OpOOO", &otel_var, &otel_current, &PyDict_Type, &clock_dict, &perf_counter_ns,
+                          &monotonic, &release_context, &repair_stack, &describe))
+        return NULL;
+    if (otel_var != Py_None && !PyContextVar_CheckExact(otel_var)) {
+        PyErr_SetString(PyExc_TypeError, "otel_var must be a ContextVar or None");
+        return NULL;
+    }
+    set_global(&g_otel_var, otel_var == Py_None ? NULL : otel_var);
+    set_global(&g_otel_current, otel_current);
+    set_global(&g_clock_dict, clock_dict);
+    set_global(&g_perf_counter_ns, perf_counter_ns);
+    g_clock_is_monotonic = monotonic;
+    set_global(&g_release_context, release_context);
+    set_global(&g_repair_stack, repair_stack);
+    set_global(&g_describe, describe);
+    Py_RETURN_NONE;
+}
+
+static PyObject *init_scopes(PyObject *module, PyObject *args) {
+    PyObject *state_dict, *enter_failed, *exit_failed, *exit_ooo, *exit_entry_ooo;
+    if (!PyArg_ParseTuple(args, "O!OOOO", &PyDict_Type, &state_dict, &enter_failed, &exit_failed, &exit_ooo,
+                          &exit_entry_ooo))
+        return NULL;
+    set_global(&g_state_dict, state_dict);
+    set_global(&g_enter_failed, enter_failed);
+    set_global(&g_exit_failed, exit_failed);
+    set_global(&g_exit_out_of_order, exit_ooo);
+    set_global(&g_exit_entry_ooo, exit_entry_ooo);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"factory", make_factory, METH_VARARGS,
+     "factory(name, cache, slow, exact_int): the scope factory `name` (brick, kernel, layer, step) whose "
+     "one-argument form is a lookup in cache (exact ints only if exact_int); every other call runs slow."},
+    {"init_stack", init_stack, METH_VARARGS, "init_stack(TOP, KIND_NAMES): the scope stack (brickscope._record)."},
+    {"init_recorder", init_recorder, METH_VARARGS,
+     "init_recorder(otel_var, otel_current, clock_globals, perf_counter_ns, monotonic, release_context, "
+     "repair_stack, describe): what Recorder.open/close call (brickscope.trace._recorder)."},
+    {"init_scopes", init_scopes, METH_VARARGS,
+     "init_scopes(state_dict, enter_failed, exit_failed, exit_out_of_order, exit_entry_out_of_order) "
+     "(brickscope._scope)."},
+    {NULL}};
+
+static struct PyModuleDef hotpath_module = {
+    PyModuleDef_HEAD_INIT, "_hotpath", "The C accelerator of brickscope's scope hot path (optional; see brickscope._native).",
+    -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__hotpath(void) {
+#define INTERN(var, text)                                      \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL;
+    INTERN(s_recorder, "recorder")
+    INTERN(s_compiling, "compiling")
+    INTERN(s_perf_counter_ns, "perf_counter_ns")
+    INTERN(s_kind, "_kind")
+    INTERN(s_open_root, "_open_root")
+    INTERN(s_open_gpu, "_open_gpu")
+    INTERN(s_mark_end, "_mark_end")
+    INTERN(s_name_thread, "_name_thread")
+    INTERN(s_act, "_act")
+    INTERN(s_overflow, "_overflow")
+    INTERN(s_poll, "_poll")
+    INTERN(s_scope_repairs, "scope_repairs")
+    INTERN(s_scopes_unsampled, "scopes_unsampled")
+    INTERN(s_append, "append")
+    INTERN(s_open, "open")
+    INTERN(s_close, "close")
+    INTERN(s_name, "_name")
+#undef INTERN
+    if ((g_zero = PyLong_FromLong(0)) == NULL || (g_minus_one = PyLong_FromLong(-1)) == NULL) return NULL;
+    PyTypeObject *types[] = {&RecordType, &RecorderCoreType, &ScopeBaseType, &EntryType, &FactoryType};
+    const char *names[] = {"Record", "RecorderCore", "ScopeBase", "Entry", "FactoryState"};
+    for (int i = 0; i < 5; i++)
+        if (PyType_Ready(types[i]) < 0) return NULL;
+    PyObject *module = PyModule_Create(&hotpath_module);
+    if (module == NULL) return NULL;
+    for (int i = 0; i < 5; i++) {
+        Py_INCREF(types[i]);
+        if (PyModule_AddObject(module, names[i], (PyObject *)types[i]) < 0) {
+            Py_DECREF(types[i]);
+            Py_DECREF(module);
+            return NULL;
+        }
+    }
+    return module;
+}
