@@ -210,17 +210,193 @@ static PyObject *take_exception(void) {
     return value;
 }
 
+static int is_true(PyObject *value) { return value == Py_True ? 1 : (value == NULL ? 0 : PyObject_IsTrue(value)); }
+
+/* ---- CudaMarker: CudaTimer.mark without cuda-bindings' per-call cost ------------- */
+
+/* cuEventRecord and cuCtxGetCurrent, as the driver's cuGetProcAddress gave them. */
+typedef int (*EventRecordFn)(void *event, void *stream);
+typedef int (*CtxGetCurrentFn)(void **ctx);
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *timer;  /* the CudaTimer: its mark() does everything this does not */
+    PyObject *marks;  /* timer._marks: mark id -> (CUevent, _Context) */
+    PyObject *ids;    /* timer._ids: the mark id counter */
+    PyObject *cache;  /* StreamRef -> (free list, _Context, stream handle, context handle) */
+    EventRecordFn record;
+    CtxGetCurrentFn get_current;
+    int enabled; /* 0 once the timer closed or the process forked: every mark goes to Python */
+} MarkerObject;
+
+static PyObject *s_mark, *s_marker_entry, *s_record_failed, *s_marker, *s_host_only, *s_mark_failed;
+
+/* CudaTimer.mark(ref) in C: the same events, pool, mark ids and table; anything unusual
+ * (unknown or legacy stream, empty pool, another context current, a failed record) is
+ * the Python method's (or its _record_failed's) to handle. New reference. */
+static PyObject *marker_mark(MarkerObject *self, PyObject *ref) {
+    if (!self->enabled) return PyObject_CallMethodOneArg(self->timer, s_mark, ref);
+    PyObject *entry = PyDict_GetItemWithError(self->cache, ref);
+    if (entry == NULL) {
+        if (PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
+            PyErr_Clear();
+            return PyObject_CallMethodOneArg(self->timer, s_mark, ref);
+        }
+        PyObject *made = PyObject_CallMethodOneArg(self->timer, s_marker_entry, ref);
+        if (made == NULL) return NULL;
+        if (made == Py_None) {
+            Py_DECREF(made);
+            return PyObject_CallMethodOneArg(self->timer, s_mark, ref);
+        }
+        if (!PyTuple_CheckExact(made) || PyTuple_GET_SIZE(made) != 4 || !PyList_CheckExact(PyTuple_GET_ITEM(made, 0))) {
+            Py_DECREF(made);
+            PyErr_SetString(PyExc_TypeError, "brickscope: _marker_entry must give (list, context, int, int)");
+            return NULL;
+        }
+        int rc = PyDict_SetItem(self->cache, ref, made);
+        Py_DECREF(made);
+        if (rc < 0) return NULL;
+        entry = PyDict_GetItemWithError(self->cache, ref);
+        if (entry == NULL) return NULL;
+    }
+    PyObject *free = PyTuple_GET_ITEM(entry, 0), *context = PyTuple_GET_ITEM(entry, 1);
+    unsigned long long stream = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(entry, 2));
+    unsigned long long ctx = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(entry, 3));
+    if (PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(free);
+    void *current = NULL;
+    if (n == 0 || self->get_current(&current) != 0 || (unsigned long long)(uintptr_t)current != ctx)
+        return PyObject_CallMethodOneArg(self->timer, s_mark, ref);
+    PyObject *event = PyList_GET_ITEM(free, n - 1);
+    Py_INCREF(event);
+    if (PyList_SetSlice(free, n - 1, n, NULL) < 0) {
+        Py_DECREF(event);
+        return NULL;
+    }
+    PyObject *handle = PyNumber_Long(event);
+    unsigned long long event_handle = handle == NULL ? 0 : PyLong_AsUnsignedLongLong(handle);
+    Py_XDECREF(handle);
+    if (PyErr_Occurred()) {
+        PyList_Append(free, event);
+        Py_DECREF(event);
+        return NULL;
+    }
+    int err = self->record((void *)(uintptr_t)event_handle, (void *)(uintptr_t)stream);
+    if (err != 0) {
+        int rc = PyList_Append(free, event);
+        Py_DECREF(event);
+        if (rc < 0) return NULL;
+        PyObject *code = PyLong_FromLong(err);
+        if (code == NULL) return NULL;
+        PyObject *res = PyObject_CallMethodOneArg(self->timer, s_record_failed, code);
+        Py_DECREF(code);
+        return res;
+    }
+    PyObject *mark = PyIter_Next(self->ids);
+    PyObject *value = mark == NULL ? NULL : PyTuple_Pack(2, event, context);
+    Py_DECREF(event);
+    if (value == NULL || PyDict_SetItem(self->marks, mark, value) < 0) {
+        Py_XDECREF(mark);
+        Py_XDECREF(value);
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "brickscope: the mark counter ended");
+        return NULL;
+    }
+    Py_DECREF(value);
+    return mark;
+}
+
+static PyObject *marker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *timer, *marks, *ids;
+    unsigned long long record, get_current;
+    if (!PyArg_ParseTuple(args, "OO!OKK:CudaMarker", &timer, &PyDict_Type, &marks, &ids, &record, &get_current))
+        return NULL;
+    if (!PyIter_Check(ids) || record == 0 || get_current == 0) {
+        PyErr_SetString(PyExc_ValueError, "CudaMarker(timer, marks, ids, cuEventRecord, cuCtxGetCurrent)");
+        return NULL;
+    }
+    MarkerObject *self = (MarkerObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->cache = PyDict_New();
+    if (self->cache == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(timer);
+    self->timer = timer;
+    Py_INCREF(marks);
+    self->marks = marks;
+    Py_INCREF(ids);
+    self->ids = ids;
+    self->record = (EventRecordFn)(uintptr_t)record;
+    self->get_current = (CtxGetCurrentFn)(uintptr_t)get_current;
+    self->enabled = 1;
+    return (PyObject *)self;
+}
+
+static int marker_traverse(MarkerObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->timer);
+    Py_VISIT(self->marks);
+    Py_VISIT(self->ids);
+    Py_VISIT(self->cache);
+    return 0;
+}
+
+static int marker_clear(MarkerObject *self) {
+    Py_CLEAR(self->timer);
+    Py_CLEAR(self->marks);
+    Py_CLEAR(self->ids);
+    Py_CLEAR(self->cache);
+    return 0;
+}
+
+static void marker_dealloc(MarkerObject *self) {
+    PyObject_GC_UnTrack(self);
+    marker_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *marker_call_mark(MarkerObject *self, PyObject *ref) { return marker_mark(self, ref); }
+
+static PyObject *marker_disable(MarkerObject *self, PyObject *unused) {
+    self->enabled = 0;
+    PyDict_Clear(self->cache);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef marker_methods[] = {
+    {"mark", (PyCFunction)marker_call_mark, METH_O, "mark(ref): CudaTimer.mark(ref), the common case in C."},
+    {"disable", (PyCFunction)marker_disable, METH_NOARGS,
+     "Every later mark goes to CudaTimer.mark (the timer closed, or the process forked)."},
+    {NULL}};
+
+static PyTypeObject MarkerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope._hotpath.CudaMarker",
+    .tp_doc = "CudaMarker(timer, marks, ids, cuEventRecord, cuCtxGetCurrent): CudaTimer.mark's common case, "
+              "calling the driver through the function pointers cuGetProcAddress gave.",
+    .tp_basicsize = sizeof(MarkerObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = marker_new,
+    .tp_dealloc = (destructor)marker_dealloc,
+    .tp_traverse = (traverseproc)marker_traverse,
+    .tp_clear = (inquiry)marker_clear,
+    .tp_methods = marker_methods,
+};
+
 /* ---- RecorderCore: the hot-path half of trace._recorder.Recorder ------------------ */
 
 typedef struct {
     PyObject_HEAD
     PyObject *timer, *pending, *pending_append, *close_actions, *counts, *thread_names, *aggregate_unsampled;
     PyObject *fold_closed;
+    PyObject *gpu_timed, *stream_refs;
+    MarkerObject *marker; /* the timer's CudaMarker, or NULL */
     long long pending_limit, next_poll_ns, max_delay_ns;
 } RecorderCore;
 
 static PyMemberDef recorder_members[] = {
-    {"timer", T_OBJECT_EX, offsetof(RecorderCore, timer), 0, NULL},
+    {"_gpu_timed", T_OBJECT_EX, offsetof(RecorderCore, gpu_timed), 0, NULL},
+    {"_stream_refs", T_OBJECT_EX, offsetof(RecorderCore, stream_refs), 0, NULL},
     {"close_actions", T_OBJECT_EX, offsetof(RecorderCore, close_actions), 0, NULL},
     {"_counts", T_OBJECT_EX, offsetof(RecorderCore, counts), 0, NULL},
     {"thread_names", T_OBJECT_EX, offsetof(RecorderCore, thread_names), 0, NULL},
@@ -253,8 +429,40 @@ static int recorder_set_pending(RecorderCore *self, PyObject *value, void *closu
     return 0;
 }
 
+static PyObject *recorder_get_timer(RecorderCore *self, void *closure) {
+    if (self->timer == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "timer");
+        return NULL;
+    }
+    Py_INCREF(self->timer);
+    return self->timer;
+}
+
+/* Setting the timer also picks up its CudaMarker (timer._marker), if it has one. */
+static int recorder_set_timer(RecorderCore *self, PyObject *value, void *closure) {
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "timer cannot be deleted");
+        return -1;
+    }
+    PyObject *marker = NULL;
+    if (value != Py_None) {
+        marker = PyObject_GetAttr(value, s_marker);
+        if (marker == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+            PyErr_Clear();
+        } else if (!PyObject_TypeCheck(marker, &MarkerType)) {
+            Py_CLEAR(marker);
+        }
+    }
+    Py_INCREF(value);
+    Py_XSETREF(self->timer, value);
+    Py_XSETREF(self->marker, (MarkerObject *)marker);
+    return 0;
+}
+
 static PyGetSetDef recorder_getset[] = {
     {"pending", (getter)recorder_get_pending, (setter)recorder_set_pending, "Ended records waiting for resolution.", NULL},
+    {"timer", (getter)recorder_get_timer, (setter)recorder_set_timer, "The GPU timer, or None on the host clock.", NULL},
     {NULL}};
 
 static int recorder_traverse(RecorderCore *self, visitproc visit, void *arg) {
@@ -266,6 +474,9 @@ static int recorder_traverse(RecorderCore *self, visitproc visit, void *arg) {
     Py_VISIT(self->thread_names);
     Py_VISIT(self->aggregate_unsampled);
     Py_VISIT(self->fold_closed);
+    Py_VISIT(self->gpu_timed);
+    Py_VISIT(self->stream_refs);
+    Py_VISIT(self->marker);
     return 0;
 }
 
@@ -278,6 +489,9 @@ static int recorder_clear(RecorderCore *self) {
     Py_CLEAR(self->thread_names);
     Py_CLEAR(self->aggregate_unsampled);
     Py_CLEAR(self->fold_closed);
+    Py_CLEAR(self->gpu_timed);
+    Py_CLEAR(self->stream_refs);
+    Py_CLEAR(self->marker);
     return 0;
 }
 
@@ -299,8 +513,21 @@ static int recorder_ready(RecorderCore *self) {
 typedef struct {
     PyObject_HEAD
     PyObject *name, *category, *elements, *stream, *index, *attributes;
-    int kind1; /* kind + 1; 0: not looked up yet */
+    int kind1;      /* kind + 1; 0: not looked up yet */
+    int host_only1; /* _host_only + 1; 0: not looked up yet */
 } ScopeObject;
+
+/* The scope object's class attribute _host_only (cached on the C scope base). -1: error. */
+static int owner_host_only(PyObject *owner) {
+    int is_scope = PyObject_TypeCheck(owner, &ScopeBaseType);
+    if (is_scope && ((ScopeObject *)owner)->host_only1 > 0) return ((ScopeObject *)owner)->host_only1 - 1;
+    PyObject *value = PyObject_GetAttr(owner, s_host_only);
+    if (value == NULL) return -1;
+    int host_only = PyObject_IsTrue(value);
+    Py_DECREF(value);
+    if (host_only >= 0 && is_scope) ((ScopeObject *)owner)->host_only1 = host_only + 1;
+    return host_only;
+}
 
 static long owner_kind(PyObject *owner) {
     int is_scope = PyObject_TypeCheck(owner, &ScopeBaseType);
@@ -316,6 +543,78 @@ static long owner_kind(PyObject *owner) {
     }
     if (is_scope) ((ScopeObject *)owner)->kind1 = (int)value + 1;
     return value;
+}
+
+/* Recorder._open_gpu in C, for a timer with a CudaMarker: 1 done, 0 left to the Python
+ * helper (a stream seen for the first time, an unusable one...), -1 error. */
+static int open_gpu_fast(RecorderCore *self, RecordObject *rec, PyObject *owner) {
+    if (!self->marker->enabled || self->gpu_timed == NULL || !PyTuple_Check(self->gpu_timed) ||
+        self->stream_refs == NULL || !PyDict_Check(self->stream_refs))
+        return 0;
+    long kind = owner_kind(owner);
+    if (kind < 0) return -1;
+    if (PyTuple_GET_SIZE(self->gpu_timed) <= kind) return 0;
+    int sampled = is_true(rec->sampled), aggregate = is_true(self->aggregate_unsampled);
+    int timed = is_true(PyTuple_GET_ITEM(self->gpu_timed, kind)), host_only = owner_host_only(owner);
+    if (sampled < 0 || aggregate < 0 || timed < 0 || host_only < 0) return -1;
+    if (!((sampled || (aggregate && kind == KIND_BRICK)) && timed && !host_only)) {
+        Py_INCREF(Py_None);
+        Py_XSETREF(rec->stream, Py_None);
+        Py_INCREF(g_minus_one);
+        Py_XSETREF(rec->start_mark, g_minus_one);
+        return 1;
+    }
+    PyObject *stream = PyObject_TypeCheck(owner, &ScopeBaseType) ? ((ScopeObject *)owner)->stream : NULL;
+    if (stream == NULL) return 0; /* not a C scope, or no _stream: Python says what is wrong */
+    PyObject *top = rec->link, *ref;
+    if (stream == Py_None && top != NULL && top != Py_None && Record_Check(top) &&
+        ((RecordObject *)top)->stream != NULL && ((RecordObject *)top)->stream != Py_None) {
+        ref = ((RecordObject *)top)->stream; /* the enclosing scope's stream */
+    } else {
+        ref = PyDict_GetItemWithError(self->stream_refs, stream);
+        if (ref == NULL) {
+            if (PyErr_Occurred()) {
+                if (!PyErr_ExceptionMatches(PyExc_TypeError)) return -1;
+                PyErr_Clear();
+            }
+            return 0; /* first use of this stream (set-up), or unhashable */
+        }
+        if (!PyTuple_Check(ref)) return 0; /* a stream whose set-up failed */
+    }
+    Py_INCREF(ref);
+    Py_XSETREF(rec->stream, ref);
+    PyObject *mark = marker_mark(self->marker, ref);
+    if (mark == NULL) return -1;
+    Py_XSETREF(rec->start_mark, mark);
+    long long value = PyLong_AsLongLong(mark);
+    if (value == -1 && PyErr_Occurred()) return -1;
+    if (value < 0) {
+        Py_INCREF(s_mark_failed);
+        Py_XSETREF(rec->gpu_error, s_mark_failed);
+    }
+    return 1;
+}
+
+/* Recorder._mark_end in C, for a timer with a CudaMarker: 1 done, 0 left to Python. */
+static int mark_end_fast(RecorderCore *self, RecordObject *rec) {
+    if (self->marker == NULL || !self->marker->enabled || rec->stream == NULL || !PyTuple_Check(rec->stream))
+        return 0;
+    PyObject *mark = marker_mark(self->marker, rec->stream);
+    if (mark != NULL) {
+        Py_XSETREF(rec->end_mark, mark);
+        return 1;
+    }
+    PyObject *exc = take_exception(); /* as in Python: a failing mark leaves host timing */
+    if (exc == NULL) return -1;
+    PyObject *name = PyObject_GetAttrString(exc, "code_name");
+    if (name == NULL) {
+        PyErr_Clear();
+        name = PyObject_GetAttrString((PyObject *)Py_TYPE(exc), "__name__");
+    }
+    Py_DECREF(exc);
+    if (name == NULL) return -1;
+    Py_XSETREF(rec->gpu_error, name);
+    return 1;
 }
 
 /* Recorder.open(owner, opener): mirrors _recorder._PyRecording.open. New reference. */
@@ -399,10 +698,14 @@ static PyObject *rc_open(RecorderCore *self, PyObject *owner, PyObject *opener) 
     rec->gpu_last = g_zero;
     if (stack_set((PyObject *)rec) < 0) goto fail;
     if (self->timer != Py_None) {
-        PyObject *args[] = {(PyObject *)self, (PyObject *)rec, owner, rec->link};
-        PyObject *res = PyObject_VectorcallMethod(s_open_gpu, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        if (res == NULL) goto fail;
-        Py_DECREF(res);
+        int done = self->marker != NULL ? open_gpu_fast(self, rec, owner) : 0;
+        if (done < 0) goto fail;
+        if (!done) {
+            PyObject *args[] = {(PyObject *)self, (PyObject *)rec, owner, rec->link};
+            PyObject *res = PyObject_VectorcallMethod(s_open_gpu, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            if (res == NULL) goto fail;
+            Py_DECREF(res);
+        }
     } else {
         Py_INCREF(Py_None);
         Py_XSETREF(rec->stream, Py_None);
@@ -431,7 +734,6 @@ static int release_context(RecordObject *rec) {
     return 0;
 }
 
-static int is_true(PyObject *value) { return value == Py_True ? 1 : (value == NULL ? 0 : PyObject_IsTrue(value)); }
 
 /* Recorder.close(rec, error): mirrors _recorder._PyRecording.close. */
 static int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error) {
@@ -442,10 +744,14 @@ static int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error) {
     long long start_mark = rec->start_mark ? PyLong_AsLongLong(rec->start_mark) : -1;
     if (start_mark == -1 && PyErr_Occurred()) goto fail;
     if (start_mark >= 0) {
-        PyObject *args[] = {(PyObject *)self, (PyObject *)rec};
-        PyObject *res = PyObject_VectorcallMethod(s_mark_end, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        if (res == NULL) goto fail;
-        Py_DECREF(res);
+        int done = mark_end_fast(self, rec);
+        if (done < 0) goto fail;
+        if (!done) {
+            PyObject *args[] = {(PyObject *)self, (PyObject *)rec};
+            PyObject *res = PyObject_VectorcallMethod(s_mark_end, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            if (res == NULL) goto fail;
+            Py_DECREF(res);
+        }
     }
     Py_XSETREF(rec->host_end, end_obj);
     end_obj = NULL;
@@ -1085,15 +1391,21 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     INTERN(s_open, "open")
     INTERN(s_close, "close")
     INTERN(s_name, "_name")
+    INTERN(s_mark, "mark")
+    INTERN(s_marker_entry, "_marker_entry")
+    INTERN(s_record_failed, "_record_failed")
+    INTERN(s_marker, "_marker")
+    INTERN(s_host_only, "_host_only")
+    INTERN(s_mark_failed, "mark_failed")
 #undef INTERN
     if ((g_zero = PyLong_FromLong(0)) == NULL || (g_minus_one = PyLong_FromLong(-1)) == NULL) return NULL;
-    PyTypeObject *types[] = {&RecordType, &RecorderCoreType, &ScopeBaseType, &EntryType, &FactoryType};
-    const char *names[] = {"Record", "RecorderCore", "ScopeBase", "Entry", "FactoryState"};
-    for (int i = 0; i < 5; i++)
+    PyTypeObject *types[] = {&RecordType, &RecorderCoreType, &ScopeBaseType, &EntryType, &FactoryType, &MarkerType};
+    const char *names[] = {"Record", "RecorderCore", "ScopeBase", "Entry", "FactoryState", "CudaMarker"};
+    for (int i = 0; i < 6; i++)
         if (PyType_Ready(types[i]) < 0) return NULL;
     PyObject *module = PyModule_Create(&hotpath_module);
     if (module == NULL) return NULL;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         Py_INCREF(types[i]);
         if (PyModule_AddObject(module, names[i], (PyObject *)types[i]) < 0) {
             Py_DECREF(types[i]);

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, NamedTuple
 
+from brickscope import _record
 from brickscope._gpu import _driver
 from brickscope._gpu._driver import CudaError, CudaUnavailable, check, error_name, in_context
 from brickscope._gpu._events import EventBudget, EventPool, PoolExhausted
@@ -168,6 +169,10 @@ class CudaTimer:
         self._get_current = drv.cuCtxGetCurrent
         self._success = drv.CUresult.CUDA_SUCCESS
         self._not_ready = drv.CUresult.CUDA_ERROR_NOT_READY
+        #: mark() in C (brickscope._hotpath.CudaMarker), calling cuEventRecord through the
+        #: function pointer the driver's cuGetProcAddress gives: what the recorder uses
+        #: when the accelerator is built. None: mark() below is the only implementation.
+        self._marker = _make_marker(drv, self)
         _live_timers.add(self)
 
     @staticmethod
@@ -346,6 +351,21 @@ class CudaTimer:
         self._marks[mark] = (event, c)
         return mark
 
+    def _marker_entry(self, stream: StreamRef) -> tuple[list[Any], _Context, int, int] | None:
+        """What the C marker needs to mark on ``stream`` (its context's free events, the
+        context, the raw stream and context handles), or None: mark() handles this stream
+        (not from this timer, or a legacy default-stream handle, whose meaning depends on
+        the per-thread-default-stream setting the bindings were loaded with)."""
+        entry = self._streams.get(stream)
+        if entry is None or stream.handle in LEGACY_HANDLES:
+            return None
+        c = entry[1]
+        return c.pool.free, c, stream.handle, stream.ctx
+
+    def _record_failed(self, err: int) -> int:
+        """The C marker's cuEventRecord returned ``err``: counted and logged as mark() does."""
+        return self._fail(error_name(self._drv.CUresult(err)), "cuEventRecord failed")
+
     def _fail(self, kind: str, detail: str) -> int:
         with self._fail_lock:
             self._failures[kind] += 1
@@ -489,6 +509,8 @@ class CudaTimer:
             if self._closed is not None:
                 return
             self._closed = "the CudaTimer is closed"
+            if self._marker is not None:
+                self._marker.disable()
             contexts, primary = list(self._contexts.values()), dict(self._primary)
             self._streams, self._marks, self._contexts, self._primary = {}, {}, {}, {}
         drv = self._drv
@@ -510,6 +532,8 @@ class CudaTimer:
     def _forget(self, reason: str) -> None:
         """Drop every handle without calling the driver (after fork)."""
         self._closed = reason
+        if self._marker is not None:
+            self._marker.disable()
         self._streams, self._marks, self._contexts, self._primary = {}, {}, {}, {}
         self._lock = threading.RLock()  # may have been held by another thread at fork
         self._fail_lock = threading.Lock()
@@ -519,3 +543,21 @@ class CudaTimer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _make_marker(drv: ModuleType, timer: CudaTimer) -> Any:
+    """The C marker for ``timer`` (see ``CudaTimer._marker``), or None: no accelerator, or
+    the driver does not give the two entry points."""
+    hotpath = _record.hotpath
+    if hotpath is None:
+        return None
+    try:
+        version = check(drv.cuDriverGetVersion())
+        record, _status = check(drv.cuGetProcAddress(b"cuEventRecord", version, 0))
+        get_current, _status = check(drv.cuGetProcAddress(b"cuCtxGetCurrent", version, 0))
+        if not record or not get_current:
+            return None
+        return hotpath.CudaMarker(timer, timer._marks, timer._ids, int(record), int(get_current))  # noqa: SLF001
+    except Exception:  # noqa: BLE001 - the Python mark() works without it
+        logger.debug("brickscope: no C marker for CUDA events", exc_info=True)
+        return None

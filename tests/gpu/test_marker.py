@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: Apache-2.0
+"""CudaTimer.mark and its C twin (the accelerator's CudaMarker, which calls cuEventRecord
+through the pointer cuGetProcAddress gives): the same events, pool, mark table and failure
+accounting. Each test runs on every implementation built here (only mark() in a
+pure-Python run)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from brickscope import _native
+from brickscope._gpu import CudaTimer
+
+pytestmark = pytest.mark.gpu
+
+MS = 1_000_000
+
+
+def new_stream(flags: int = 0x1) -> Any:
+    from cuda.bindings import driver as drv
+
+    drv.cuCtxPushCurrent(drv.cuDevicePrimaryCtxRetain(0)[1])
+    stream = drv.cuStreamCreate(flags)[1]
+    drv.cuCtxPopCurrent()
+    return stream
+
+
+def implementations(timer: CudaTimer) -> dict[str, Callable[[Any], int]]:
+    marks = {"python": timer.mark}
+    if timer._marker is not None:
+        marks["c"] = timer._marker.mark
+    return marks
+
+
+@pytest.fixture
+def timer(simdriver: Any) -> Any:
+    with CudaTimer() as timer:
+        yield timer
+
+
+def test_the_c_marker_is_there_when_the_accelerator_is(timer: CudaTimer) -> None:
+    """With the accelerator in use, the timer has its C marker (a silent fallback would hide a slow path)."""
+    in_use = _native.implementations().get("brickscope._hotpath")
+    assert (timer._marker is not None) == (in_use == "c")
+
+
+def test_a_mark_records_one_event_and_keeps_it_until_released(timer: CudaTimer, simdriver: Any) -> None:
+    for name, mark in implementations(timer).items():
+        ref = timer.stream_ref(new_stream())
+        simdriver.enqueue_kernel(ref.handle, 20 * MS)  # a busy stream: marks land on work boundaries
+        records = simdriver.calls("cuEventRecord")
+        first = mark(ref)
+        simdriver.enqueue_kernel(ref.handle, 2 * MS)
+        second = mark(ref)
+        assert simdriver.calls("cuEventRecord") - records == 2, name
+        assert second > first > 0, name
+        timer.wait(second)
+        assert timer.is_complete(first) and timer.is_complete(second), name
+        assert abs(timer.elapsed_ns(first, second) - 2 * MS) <= 500, name  # the 0.5 us event resolution
+        free = timer.stats()["events_free"]
+        timer.release(first)
+        timer.release(second)
+        assert timer.stats()["events_free"] == free + 2, name
+        assert timer.stats()["live_marks"] == 0, name
+
+
+def test_a_failed_record_gives_minus_one_counts_and_returns_the_event(timer: CudaTimer, simdriver: Any) -> None:
+    for name, mark in implementations(timer).items():
+        ref = timer.stream_ref(new_stream())
+        timer.release(mark(ref))  # an event in the pool: the failing mark takes it from there
+        before = timer.stats()
+        simdriver.inject_invalid_handle(1)
+        assert mark(ref) == -1, name
+        after = timer.stats()
+        assert after["failures.CUDA_ERROR_INVALID_HANDLE"] == before.get("failures.CUDA_ERROR_INVALID_HANDLE", 0) + 1
+        assert after["events_free"] == before["events_free"], name  # given back, not leaked
+        assert after["live_marks"] == before["live_marks"] == 0, name
+
+
+def test_the_legacy_stream_and_an_unknown_stream_take_the_python_path(timer: CudaTimer, simdriver: Any) -> None:
+    """Handle 0 (whose meaning the per-thread default stream setting decides) and a stream
+    not from this timer: mark() handles them; the result is the same either way."""
+    for name, mark in implementations(timer).items():
+        legacy = timer.stream_ref(None)
+        good = mark(legacy)
+        assert good > 0 and timer.is_complete(good), name
+        timer.release(good)
+        foreign = legacy._replace(handle=legacy.handle + 0x1234)
+        failures = timer.stats()["failures"]
+        assert mark(foreign) == -1, name
+        assert timer.stats()["failures"] == failures + 1, name
+
+
+def test_after_close_every_mark_fails_cleanly(simdriver: Any) -> None:
+    timer = CudaTimer()
+    ref = timer.stream_ref(new_stream())
+    marks = implementations(timer)
+    timer.close()
+    for name, mark in marks.items():
+        assert mark(ref) == -1, name
