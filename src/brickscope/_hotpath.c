@@ -229,7 +229,7 @@ typedef struct {
     int enabled; /* 0 once the timer closed or the process forked: every mark goes to Python */
 } MarkerObject;
 
-static PyObject *s_mark, *s_marker_entry, *s_record_failed, *s_marker, *s_host_only, *s_mark_failed;
+static PyObject *s_mark, *s_marker_entry, *s_record_failed, *s_marker, *s_host_only, *s_mark_failed, *s_stream;
 
 /* CudaTimer.mark(ref) in C: the same events, pool, mark ids and table; anything unusual
  * (unknown or legacy stream, empty pool, another context current, a failed record) is
@@ -1206,12 +1206,25 @@ typedef struct {
     PyObject *cache;  /* key -> shared scope object */
     PyObject *slow;   /* the Python factory: every other form, and cache misses */
     int exact_int;    /* keys are ints: only an exact int hits the cache (not True) */
+    int stream_key;   /* brick: name=..., stream=s is cached under (name, s) */
 } FactoryObject;
 
 static PyObject *factory_call(FactoryObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    if (nargs == 1 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0) &&
-        (!self->exact_int || PyLong_CheckExact(args[0]))) {
-        PyObject *scope = PyDict_GetItemWithError(self->cache, args[0]);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    PyObject *key = NULL; /* brick(name, stream=s): (name, s) */
+    if (nargs == 1 && nkw == 1 && self->stream_key &&
+        PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), s_stream) == 0) {
+        if (args[1] == Py_None) {
+            nkw = 0;
+        } else if ((key = PyTuple_Pack(2, args[0], args[1])) == NULL) {
+            return NULL;
+        }
+    } else if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (nargs == 1 && (nkw == 0 || key != NULL) && (!self->exact_int || PyLong_CheckExact(args[0]))) {
+        PyObject *scope = PyDict_GetItemWithError(self->cache, key != NULL ? key : args[0]);
+        Py_XDECREF(key);
         if (scope == NULL && PyErr_Occurred()) {
             if (!PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
             PyErr_Clear(); /* unhashable: the Python factory says what is wrong */
@@ -1288,6 +1301,7 @@ static PyObject *make_factory(PyObject *module, PyObject *args) {
     Py_INCREF(slow);
     state->slow = slow;
     state->exact_int = exact_int;
+    state->stream_key = strcmp(name, "brick") == 0;
     PyObject_GC_Track(state);
     PyObject *module_name = PyUnicode_FromString("brickscope");
     if (module_name == NULL) {
@@ -1397,6 +1411,7 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     INTERN(s_marker, "_marker")
     INTERN(s_host_only, "_host_only")
     INTERN(s_mark_failed, "mark_failed")
+    INTERN(s_stream, "stream")
 #undef INTERN
     if ((g_zero = PyLong_FromLong(0)) == NULL || (g_minus_one = PyLong_FromLong(-1)) == NULL) return NULL;
     PyTypeObject *types[] = {&RecordType, &RecorderCoreType, &ScopeBaseType, &EntryType, &FactoryType, &MarkerType};
