@@ -19,6 +19,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -217,6 +218,9 @@ static int is_true(PyObject *value) { return value == Py_True ? 1 : (value == NU
 /* cuEventRecord and cuCtxGetCurrent, as the driver's cuGetProcAddress gave them. */
 typedef int (*EventRecordFn)(void *event, void *stream);
 typedef int (*CtxGetCurrentFn)(void **ctx);
+typedef int (*EventQueryFn)(void *event);
+typedef int (*EventElapsedFn)(float *ms, void *start, void *end);
+#define CUDA_ERROR_NOT_READY 600
 
 typedef struct {
     PyObject_HEAD
@@ -224,11 +228,15 @@ typedef struct {
     PyObject *marks;  /* timer._marks: mark id -> (CUevent, _Context) */
     PyObject *ids;    /* timer._ids: the mark id counter */
     PyObject *cache;  /* StreamRef -> (free list, _Context, stream handle, context handle) */
+    PyObject *timer_globals; /* brickscope._gpu._timer's globals: ANCHOR_MAX_AGE_NS (tests change it) */
     EventRecordFn record;
     CtxGetCurrentFn get_current;
+    EventQueryFn query;
+    EventElapsedFn elapsed;
     int enabled; /* 0 once the timer closed or the process forked: every mark goes to Python */
 } MarkerObject;
 
+static PyObject *s_anchor, *s_ctx, *s_lock, *s_acquire, *s_release, *s_host_ns_attr, *s_anchor_max_age, *s_host_ns_field;
 static PyObject *s_mark, *s_marker_entry, *s_record_failed, *s_marker, *s_host_only, *s_mark_failed, *s_stream;
 
 /* CudaTimer.mark(ref) in C: the same events, pool, mark ids and table; anything unusual
@@ -307,12 +315,14 @@ static PyObject *marker_mark(MarkerObject *self, PyObject *ref) {
 }
 
 static PyObject *marker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *timer, *marks, *ids;
-    unsigned long long record, get_current;
-    if (!PyArg_ParseTuple(args, "OO!OKK:CudaMarker", &timer, &PyDict_Type, &marks, &ids, &record, &get_current))
+    PyObject *timer, *marks, *ids, *timer_globals;
+    unsigned long long record, get_current, query, elapsed;
+    if (!PyArg_ParseTuple(args, "OO!OO!KKKK:CudaMarker", &timer, &PyDict_Type, &marks, &ids, &PyDict_Type,
+                          &timer_globals, &record, &get_current, &query, &elapsed))
         return NULL;
-    if (!PyIter_Check(ids) || record == 0 || get_current == 0) {
-        PyErr_SetString(PyExc_ValueError, "CudaMarker(timer, marks, ids, cuEventRecord, cuCtxGetCurrent)");
+    if (!PyIter_Check(ids) || record == 0 || get_current == 0 || query == 0 || elapsed == 0) {
+        PyErr_SetString(PyExc_ValueError, "CudaMarker(timer, marks, ids, timer_globals, cuEventRecord, "
+                                          "cuCtxGetCurrent, cuEventQuery, cuEventElapsedTime)");
         return NULL;
     }
     MarkerObject *self = (MarkerObject *)type->tp_alloc(type, 0);
@@ -328,8 +338,12 @@ static PyObject *marker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     self->marks = marks;
     Py_INCREF(ids);
     self->ids = ids;
+    Py_INCREF(timer_globals);
+    self->timer_globals = timer_globals;
     self->record = (EventRecordFn)(uintptr_t)record;
     self->get_current = (CtxGetCurrentFn)(uintptr_t)get_current;
+    self->query = (EventQueryFn)(uintptr_t)query;
+    self->elapsed = (EventElapsedFn)(uintptr_t)elapsed;
     self->enabled = 1;
     return (PyObject *)self;
 }
@@ -339,10 +353,12 @@ static int marker_traverse(MarkerObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->marks);
     Py_VISIT(self->ids);
     Py_VISIT(self->cache);
+    Py_VISIT(self->timer_globals);
     return 0;
 }
 
 static int marker_clear(MarkerObject *self) {
+    Py_CLEAR(self->timer_globals);
     Py_CLEAR(self->timer);
     Py_CLEAR(self->marks);
     Py_CLEAR(self->ids);
@@ -364,7 +380,118 @@ static PyObject *marker_disable(MarkerObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* The raw handle of a cuda-bindings object (CUevent, CUcontext); 0 with an error set. */
+static unsigned long long raw_handle(PyObject *object) {
+    PyObject *value = PyNumber_Long(object);
+    if (value == NULL) return 0;
+    unsigned long long handle = PyLong_AsUnsignedLongLong(value);
+    Py_DECREF(value);
+    return handle;
+}
+
+/* (event handle, _Context) of a live mark, with its context current; 0: not here. */
+static int mark_event(MarkerObject *self, PyObject *mark, void **event, PyObject **context) {
+    PyObject *entry = PyDict_GetItemWithError(self->marks, mark);
+    if (entry == NULL || !PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) return PyErr_Occurred() ? -1 : 0;
+    PyObject *ctx = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 1), s_ctx);
+    if (ctx == NULL) return -1;
+    unsigned long long ctx_handle = raw_handle(ctx);
+    Py_DECREF(ctx);
+    unsigned long long event_handle = raw_handle(PyTuple_GET_ITEM(entry, 0));
+    if (PyErr_Occurred()) return -1;
+    void *current = NULL;
+    if (self->get_current(&current) != 0 || (unsigned long long)(uintptr_t)current != ctx_handle) return 0;
+    *event = (void *)(uintptr_t)event_handle;
+    *context = PyTuple_GET_ITEM(entry, 1);
+    return 1;
+}
+
+/* CudaTimer.is_complete(mark) in C: True, False, or None (the Python method decides). */
+static PyObject *marker_complete(MarkerObject *self, PyObject *mark) {
+    void *event;
+    PyObject *context;
+    int found = self->enabled ? mark_event(self, mark, &event, &context) : 0;
+    if (found < 0) return NULL;
+    if (found) {
+        int err = self->query(event);
+        if (err == 0) Py_RETURN_TRUE;
+        if (err == CUDA_ERROR_NOT_READY) Py_RETURN_FALSE;
+    }
+    Py_RETURN_NONE;
+}
+
+static long long round_ms_to_ns(float ms) { return (long long)nearbyint((double)ms * 1e6); }
+
+/* (host_time_ns(start), + elapsed_ns(start, end)) in C, or None: the Python methods decide
+ * (a stale anchor to re-establish, another context current, a driver error, its lock held). */
+static PyObject *marker_interval(MarkerObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "interval(start_mark, end_mark)");
+        return NULL;
+    }
+    void *start_event, *end_event;
+    PyObject *context, *end_context;
+    int found = self->enabled ? mark_event(self, args[0], &start_event, &context) : 0;
+    if (found > 0) found = mark_event(self, args[1], &end_event, &end_context);
+    if (found <= 0) {
+        if (found < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *lock = PyObject_GetAttr(context, s_lock);
+    if (lock == NULL) return NULL;
+    PyObject *got = PyObject_CallMethodOneArg(lock, s_acquire, Py_False);
+    if (got != Py_True) { /* held by a re-anchoring thread: Python waits for it */
+        Py_DECREF(lock);
+        Py_XDECREF(got);
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_DECREF(got);
+    PyObject *result = NULL, *anchor = PyObject_GetAttr(context, s_anchor), *now = NULL, *anchor_ns = NULL;
+    PyObject *max_age = PyDict_GetItemWithError(self->timer_globals, s_anchor_max_age);
+    if (anchor == NULL || max_age == NULL) goto done;
+    if (anchor == Py_None || !PyTuple_Check(anchor) || PyTuple_GET_SIZE(anchor) < 2) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    PyObject *host_ns = PyObject_GetAttr(self->timer, s_host_ns_attr);
+    if (host_ns == NULL) goto done;
+    now = PyObject_CallNoArgs(host_ns);
+    Py_DECREF(host_ns);
+    anchor_ns = PyTuple_GET_ITEM(anchor, 1);
+    long long now_ns = now == NULL ? 0 : PyLong_AsLongLong(now), base = PyLong_AsLongLong(anchor_ns);
+    long long age_limit = PyLong_AsLongLong(max_age);
+    unsigned long long anchor_event = raw_handle(PyTuple_GET_ITEM(anchor, 0));
+    if (PyErr_Occurred()) goto done;
+    float to_start = 0, length = 0;
+    if (now_ns - base > age_limit || self->elapsed(&to_start, (void *)(uintptr_t)anchor_event, start_event) != 0 ||
+        self->elapsed(&length, start_event, end_event) != 0) {
+        result = Py_None; /* re-anchor, or an error: the Python methods */
+        Py_INCREF(result);
+        goto done;
+    }
+    long long start = base + round_ms_to_ns(to_start);
+    result = Py_BuildValue("(LL)", start, start + round_ms_to_ns(length));
+done:
+    Py_XDECREF(anchor);
+    Py_XDECREF(now);
+    PyObject *released = PyObject_CallMethodNoArgs(lock, s_release);
+    Py_DECREF(lock);
+    if (released == NULL) {
+        Py_XDECREF(result);
+        return NULL;
+    }
+    Py_DECREF(released);
+    return result;
+}
+
 static PyMethodDef marker_methods[] = {
+    {"complete", (PyCFunction)marker_complete, METH_O,
+     "complete(mark): CudaTimer.is_complete(mark) in C, or None where the Python method must decide."},
+    {"interval", (PyCFunction)(void (*)(void))marker_interval, METH_FASTCALL,
+     "interval(start, end): (host_time_ns(start), host_time_ns(start) + elapsed_ns(start, end)) in C, "
+     "or None where the Python methods must decide."},
     {"mark", (PyCFunction)marker_call_mark, METH_O, "mark(ref): CudaTimer.mark(ref), the common case in C."},
     {"disable", (PyCFunction)marker_disable, METH_NOARGS,
      "Every later mark goes to CudaTimer.mark (the timer closed, or the process forked)."},
@@ -1412,6 +1539,14 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     INTERN(s_host_only, "_host_only")
     INTERN(s_mark_failed, "mark_failed")
     INTERN(s_stream, "stream")
+    INTERN(s_anchor, "anchor")
+    INTERN(s_ctx, "ctx")
+    INTERN(s_lock, "lock")
+    INTERN(s_acquire, "acquire")
+    INTERN(s_release, "release")
+    INTERN(s_host_ns_attr, "_host_ns")
+    INTERN(s_anchor_max_age, "ANCHOR_MAX_AGE_NS")
+    INTERN(s_host_ns_field, "host_ns")
 #undef INTERN
     if ((g_zero = PyLong_FromLong(0)) == NULL || (g_minus_one = PyLong_FromLong(-1)) == NULL) return NULL;
     PyTypeObject *types[] = {&RecordType, &RecorderCoreType, &ScopeBaseType, &EntryType, &FactoryType, &MarkerType};

@@ -547,17 +547,19 @@ class CudaTimer:
 
 def _make_marker(drv: ModuleType, timer: CudaTimer) -> Any:
     """The C marker for ``timer`` (see ``CudaTimer._marker``), or None: no accelerator, or
-    the driver does not give the two entry points."""
+    the driver does not give the entry points. Besides ``mark``, it answers the resolver's
+    ``is_complete`` (``complete``) and ``host_time_ns`` + ``elapsed_ns`` (``interval``) in C,
+    or says None where these methods must decide."""
     hotpath = _record.hotpath
     if hotpath is None:
         return None
     try:
         version = check(drv.cuDriverGetVersion())
-        record, _status = check(drv.cuGetProcAddress(b"cuEventRecord", version, 0))
-        get_current, _status = check(drv.cuGetProcAddress(b"cuCtxGetCurrent", version, 0))
-        if not record or not get_current:
+        names = (b"cuEventRecord", b"cuCtxGetCurrent", b"cuEventQuery", b"cuEventElapsedTime")
+        pointers = [int(check(drv.cuGetProcAddress(name, version, 0))[0]) for name in names]
+        if not all(pointers):
             return None
-        return hotpath.CudaMarker(timer, timer._marks, timer._ids, int(record), int(get_current))  # noqa: SLF001
+        return hotpath.CudaMarker(timer, timer._marks, timer._ids, globals(), *pointers)  # noqa: SLF001
     except Exception:  # noqa: BLE001 - the Python mark() works without it
         logger.debug("brickscope: no C marker for CUDA events", exc_info=True)
         return None

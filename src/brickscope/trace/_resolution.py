@@ -166,7 +166,11 @@ class Resolver:
     def _gpu_ready(self, timer: Any, rec: Record, block: bool, deadline: float | None) -> bool:
         """Whether rec's end event has completed; waits when blocking. GPU faults mark the record."""
         try:
-            if timer.is_complete(rec.end_mark):
+            marker = getattr(timer, "_marker", None)  # is_complete in C (brickscope._hotpath), or None
+            complete = None if marker is None else marker.complete(rec.end_mark)
+            if complete is None:
+                complete = timer.is_complete(rec.end_mark)
+            if complete:
                 return True
             if not block:
                 return False

@@ -76,6 +76,10 @@ class SpanBuilder:
             if rec.end_mark < 0:
                 rec.gpu_error = rec.gpu_error or "mark_failed"
             elif rec.gpu_error is None:
+                marker = getattr(timer, "_marker", None)  # the same in C (brickscope._hotpath), or None
+                interval = None if marker is None else marker.interval(rec.start_mark, rec.end_mark)
+                if interval is not None:
+                    return interval
                 start = timer.host_time_ns(rec.start_mark)
                 return start, start + timer.elapsed_ns(rec.start_mark, rec.end_mark)
         except Exception as exc:
