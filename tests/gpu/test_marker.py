@@ -36,8 +36,14 @@ def implementations(timer: CudaTimer) -> dict[str, Callable[[Any], int]]:
 
 @pytest.fixture
 def timer(simdriver: Any) -> Any:
+    """A timer, with device 0's primary context current on this thread as a program (torch)
+    has it: the C marker's common case (another context current goes to the Python methods)."""
+    from cuda.bindings import driver as drv
+
     with CudaTimer() as timer:
+        drv.cuCtxSetCurrent(drv.cuDevicePrimaryCtxRetain(0)[1])
         yield timer
+        drv.cuCtxSetCurrent(None)
 
 
 def test_the_c_marker_is_there_when_the_accelerator_is(timer: CudaTimer) -> None:
@@ -100,3 +106,32 @@ def test_after_close_every_mark_fails_cleanly(simdriver: Any) -> None:
     timer.close()
     for name, mark in marks.items():
         assert mark(ref) == -1, name
+
+
+def test_the_c_resolution_queries_answer_as_the_timer_does(timer: CudaTimer, simdriver: Any) -> None:
+    """complete() is is_complete() (False while the GPU works, True after), and interval()
+    is (host_time_ns(start), that + elapsed_ns(start, end)) to the nanosecond; None would
+    mean "ask the timer", which the resolver then does."""
+    marker = timer._marker
+    if marker is None:
+        assert _native.implementations().get("brickscope._hotpath") != "c"
+        return  # pure Python: the resolver asks the timer; test_timer.py covers it
+    from cuda.bindings import driver as drv
+
+    ref = timer.stream_ref(new_stream())
+    drv.cuCtxSetCurrent(None)
+    assert marker.complete(marker.mark(ref)) is None  # no context current: the timer's business
+    drv.cuCtxSetCurrent(drv.cuDevicePrimaryCtxRetain(0)[1])
+    simdriver.enqueue_kernel(ref.handle, 20 * MS)
+    start = marker.mark(ref)
+    simdriver.enqueue_kernel(ref.handle, 3 * MS)
+    end = marker.mark(ref)
+    assert marker.complete(end) is False and timer.is_complete(end) is False
+    timer.wait(end)
+    assert marker.complete(end) is True and timer.is_complete(end) is True
+    begin = timer.host_time_ns(start)
+    assert marker.interval(start, end) == (begin, begin + timer.elapsed_ns(start, end))
+    assert abs(marker.interval(start, end)[1] - marker.interval(start, end)[0] - 3 * MS) <= 500
+    timer.release(start)
+    assert marker.interval(start, end) is None  # a released mark: the timer says what is wrong
+    assert marker.complete(start) is None
