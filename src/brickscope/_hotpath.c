@@ -40,6 +40,9 @@ static PyObject *g_enter_failed;        /* _scope._enter_failed(recorder, exc) *
 static PyObject *g_exit_failed;         /* _scope._exit_failed(rec, exc) */
 static PyObject *g_exit_out_of_order;   /* _scope._exit_out_of_order(scope, top, error) */
 static PyObject *g_exit_entry_ooo;      /* _scope._exit_entry_out_of_order(entry, rec, error) */
+static PyObject *g_inert;               /* _scope._INERT: the token of a scope that recorded nothing */
+static PyObject *g_enter_scope_py;      /* _scope.enter_scope in Python: every unusual case */
+static PyObject *g_exit_scope_py;       /* _scope.exit_scope in Python: every unusual case */
 
 static PyObject *s_recorder, *s_compiling, *s_perf_counter_ns, *s_kind, *s_open_root, *s_open_gpu,
     *s_mark_end, *s_name_thread, *s_act, *s_overflow, *s_poll, *s_scope_repairs, *s_scopes_unsampled,
@@ -1441,6 +1444,43 @@ static PyObject *make_factory(PyObject *module, PyObject *args) {
     return function;
 }
 
+/* ---- enter_scope / exit_scope: tokens (the torch instrumentation's path) ---------------- */
+
+/* _scope.enter_scope's common case in C; anything else is the Python function's. */
+static PyObject *hot_enter_scope(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (g_inert == NULL || nargs != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)))
+        return PyObject_Vectorcall(g_enter_scope_py, args, nargs, kwnames);
+    PyObject *scope = args[0];
+    if (Py_TYPE(scope) == &EntryType && ((EntryObject *)scope)->scope != NULL) scope = ((EntryObject *)scope)->scope;
+    PyObject *recorder;
+    if (active_recorder(&recorder) < 0) return NULL;
+    if (recorder == NULL) {
+        Py_INCREF(g_inert);
+        return g_inert;
+    }
+    if (!PyObject_TypeCheck(scope, &ScopeBaseType)) { /* misuse: the Python function says so */
+        Py_DECREF(recorder);
+        return PyObject_Vectorcall(g_enter_scope_py, args, nargs, kwnames);
+    }
+    PyObject *rec = open_record(recorder, scope, Py_None);
+    Py_DECREF(recorder);
+    if (rec == Py_None) {
+        Py_DECREF(rec);
+        Py_INCREF(g_inert);
+        return g_inert;
+    }
+    return rec;
+}
+
+/* _scope.exit_scope's common case in C (an open token); anything else is the Python function's. */
+static PyObject *hot_exit_scope(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (g_inert == NULL || nargs < 1 || nargs > 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) ||
+        !Record_Check(args[0]) || args[0] == g_inert || ((RecordObject *)args[0])->ended != Py_False)
+        return PyObject_Vectorcall(g_exit_scope_py, args, nargs, kwnames);
+    if (close_record(args[0], nargs == 2 ? args[1] : Py_None) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- registration ------------------------------------------------------------------- */
 
 static void set_global(PyObject **slot, PyObject *value) {
@@ -1482,10 +1522,13 @@ static PyObject *init_recorder(PyObject *module, PyObject *args) {
 }
 
 static PyObject *init_scopes(PyObject *module, PyObject *args) {
-    PyObject *state_dict, *enter_failed, *exit_failed, *exit_ooo, *exit_entry_ooo;
-    if (!PyArg_ParseTuple(args, "O!OOOO", &PyDict_Type, &state_dict, &enter_failed, &exit_failed, &exit_ooo,
-                          &exit_entry_ooo))
+    PyObject *state_dict, *enter_failed, *exit_failed, *exit_ooo, *exit_entry_ooo, *inert, *enter_py, *exit_py;
+    if (!PyArg_ParseTuple(args, "O!OOOOO!OO", &PyDict_Type, &state_dict, &enter_failed, &exit_failed, &exit_ooo,
+                          &exit_entry_ooo, &RecordType, &inert, &enter_py, &exit_py))
         return NULL;
+    set_global(&g_inert, inert);
+    set_global(&g_enter_scope_py, enter_py);
+    set_global(&g_exit_scope_py, exit_py);
     set_global(&g_state_dict, state_dict);
     set_global(&g_enter_failed, enter_failed);
     set_global(&g_exit_failed, exit_failed);
@@ -1503,8 +1546,13 @@ static PyMethodDef module_methods[] = {
      "init_recorder(otel_var, otel_current, clock_globals, perf_counter_ns, monotonic, release_context, "
      "repair_stack, describe): what Recorder.open/close call (brickscope.trace._recorder)."},
     {"init_scopes", init_scopes, METH_VARARGS,
-     "init_scopes(state_dict, enter_failed, exit_failed, exit_out_of_order, exit_entry_out_of_order) "
-     "(brickscope._scope)."},
+     "init_scopes(state_dict, enter_failed, exit_failed, exit_out_of_order, exit_entry_out_of_order, INERT, "
+     "enter_scope, exit_scope) (brickscope._scope)."},
+    {"enter_scope", (PyCFunction)(void (*)(void))hot_enter_scope, METH_FASTCALL | METH_KEYWORDS,
+     "enter_scope(scope)\n--\n\nOpen scope without a with block; returns the token for exit_scope "
+     "(see brickscope.enter_scope)."},
+    {"exit_scope", (PyCFunction)(void (*)(void))hot_exit_scope, METH_FASTCALL | METH_KEYWORDS,
+     "exit_scope(token, error=None)\n--\n\nClose the scope token was returned for (see brickscope.exit_scope)."},
     {NULL}};
 
 static struct PyModuleDef hotpath_module = {

@@ -544,7 +544,17 @@ def register_compile_substitutes(torch: Any) -> None:
         return
     for factory in (brick, kernel, layer, step):
         substitute(factory, skip_signature_check=True)(_in_graph)
+    substitute(enter_scope, skip_signature_check=True)(_enter_in_graph)
+    substitute(exit_scope, skip_signature_check=True)(_exit_in_graph)
     _substitutes_registered = True
+
+
+def _enter_in_graph(scope: Any) -> Record:
+    return _INERT  # what enter_scope gives while torch.compile traces
+
+
+def _exit_in_graph(token: Any, error: BaseException | None = None) -> None:
+    return None  # an inert token: nothing to close
 
 
 #: What :func:`enter_scope` returns: opaque, for :func:`exit_scope` only.
@@ -863,4 +873,10 @@ def _dims(value: object, what: str) -> tuple[int, int, int]:
 
 
 if _hot is not None:
-    _hot.init_scopes(vars(_state), _enter_failed, _exit_failed, _exit_out_of_order, _exit_entry_out_of_order)
+    _hot.init_scopes(
+        vars(_state), _enter_failed, _exit_failed, _exit_out_of_order, _exit_entry_out_of_order,
+        _INERT, enter_scope, exit_scope,
+    )  # fmt: skip
+    # Tokens in C too (brickscope.torch's module calls); misuse and the rest: the Python above.
+    enter_scope = _hot.enter_scope  # type: ignore[assignment]  # noqa: F811
+    exit_scope = _hot.exit_scope  # type: ignore[assignment]  # noqa: F811
