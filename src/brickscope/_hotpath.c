@@ -521,6 +521,8 @@ typedef struct {
     PyObject *fold_closed;
     PyObject *gpu_timed, *stream_refs;
     MarkerObject *marker; /* the timer's CudaMarker, or NULL */
+    PyObject *last_thread; /* the thread id of the last open, known to be in thread_names ... */
+    PyObject *last_names;  /* ... of this dict */
     long long pending_limit, next_poll_ns, max_delay_ns;
 } RecorderCore;
 
@@ -607,6 +609,7 @@ static int recorder_traverse(RecorderCore *self, visitproc visit, void *arg) {
     Py_VISIT(self->gpu_timed);
     Py_VISIT(self->stream_refs);
     Py_VISIT(self->marker);
+    Py_VISIT(self->last_names);
     return 0;
 }
 
@@ -622,6 +625,8 @@ static int recorder_clear(RecorderCore *self) {
     Py_CLEAR(self->gpu_timed);
     Py_CLEAR(self->stream_refs);
     Py_CLEAR(self->marker);
+    Py_CLEAR(self->last_thread);
+    Py_CLEAR(self->last_names);
     return 0;
 }
 
@@ -800,15 +805,31 @@ static PyObject *rc_open(RecorderCore *self, PyObject *owner, PyObject *opener) 
     rec->span_id = g_zero;
     Py_INCREF(Py_None);
     rec->span_context = Py_None;
-    rec->thread_id = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
-    if (rec->thread_id == NULL) goto fail;
-    int known = PyDict_Contains(self->thread_names, rec->thread_id);
-    if (known < 0) goto fail;
+    unsigned long tid = PyThread_get_thread_ident();
+    int known = 0;
+    if (self->last_thread != NULL && self->last_names == self->thread_names &&
+        PyLong_AsUnsignedLong(self->last_thread) == tid) { /* the same thread as last time: named */
+        Py_INCREF(self->last_thread);
+        rec->thread_id = self->last_thread;
+        known = 1;
+    } else {
+        rec->thread_id = PyLong_FromUnsignedLong(tid);
+        if (rec->thread_id == NULL) goto fail;
+        known = PyDict_Contains(self->thread_names, rec->thread_id);
+        if (known < 0) goto fail;
+    }
     if (!known) {
         PyObject *args[] = {(PyObject *)self, rec->thread_id};
         PyObject *res = PyObject_VectorcallMethod(s_name_thread, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         if (res == NULL) goto fail;
         Py_DECREF(res);
+        known = 1;
+    }
+    if (known && self->last_thread != rec->thread_id) {
+        Py_INCREF(rec->thread_id);
+        Py_XSETREF(self->last_thread, rec->thread_id);
+        Py_INCREF(self->thread_names);
+        Py_XSETREF(self->last_names, self->thread_names);
     }
     Py_INCREF(Py_False);
     rec->ended = Py_False;
