@@ -223,6 +223,8 @@ typedef int (*EventRecordFn)(void *event, void *stream);
 typedef int (*CtxGetCurrentFn)(void **ctx);
 typedef int (*EventQueryFn)(void *event);
 typedef int (*EventElapsedFn)(float *ms, void *start, void *end);
+typedef int (*CtxPushFn)(void *ctx);
+typedef int (*CtxPopFn)(void **ctx);
 #define CUDA_ERROR_NOT_READY 600
 
 typedef struct {
@@ -236,10 +238,12 @@ typedef struct {
     CtxGetCurrentFn get_current;
     EventQueryFn query;
     EventElapsedFn elapsed;
+    CtxPushFn push;
+    CtxPopFn pop;
     int enabled; /* 0 once the timer closed or the process forked: every mark goes to Python */
 } MarkerObject;
 
-static PyObject *s_anchor, *s_ctx, *s_lock, *s_acquire, *s_release, *s_host_ns_attr, *s_anchor_max_age, *s_host_ns_field;
+static PyObject *s_cuda_error, *s_anchor, *s_ctx, *s_lock, *s_acquire, *s_release, *s_host_ns_attr, *s_anchor_max_age, *s_host_ns_field;
 static PyObject *s_mark, *s_marker_entry, *s_record_failed, *s_marker, *s_host_only, *s_mark_failed, *s_stream;
 
 /* CudaTimer.mark(ref) in C: the same events, pool, mark ids and table; anything unusual
@@ -319,13 +323,14 @@ static PyObject *marker_mark(MarkerObject *self, PyObject *ref) {
 
 static PyObject *marker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     PyObject *timer, *marks, *ids, *timer_globals;
-    unsigned long long record, get_current, query, elapsed;
-    if (!PyArg_ParseTuple(args, "OO!OO!KKKK:CudaMarker", &timer, &PyDict_Type, &marks, &ids, &PyDict_Type,
-                          &timer_globals, &record, &get_current, &query, &elapsed))
+    unsigned long long record, get_current, query, elapsed, push, pop;
+    if (!PyArg_ParseTuple(args, "OO!OO!KKKKKK:CudaMarker", &timer, &PyDict_Type, &marks, &ids, &PyDict_Type,
+                          &timer_globals, &record, &get_current, &query, &elapsed, &push, &pop))
         return NULL;
-    if (!PyIter_Check(ids) || record == 0 || get_current == 0 || query == 0 || elapsed == 0) {
+    if (!PyIter_Check(ids) || !record || !get_current || !query || !elapsed || !push || !pop) {
         PyErr_SetString(PyExc_ValueError, "CudaMarker(timer, marks, ids, timer_globals, cuEventRecord, "
-                                          "cuCtxGetCurrent, cuEventQuery, cuEventElapsedTime)");
+                                          "cuCtxGetCurrent, cuEventQuery, cuEventElapsedTime, cuCtxPushCurrent, "
+                                          "cuCtxPopCurrent)");
         return NULL;
     }
     MarkerObject *self = (MarkerObject *)type->tp_alloc(type, 0);
@@ -347,6 +352,8 @@ static PyObject *marker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     self->get_current = (CtxGetCurrentFn)(uintptr_t)get_current;
     self->query = (EventQueryFn)(uintptr_t)query;
     self->elapsed = (EventElapsedFn)(uintptr_t)elapsed;
+    self->push = (CtxPushFn)(uintptr_t)push;
+    self->pop = (CtxPopFn)(uintptr_t)pop;
     self->enabled = 1;
     return (PyObject *)self;
 }
@@ -392,35 +399,62 @@ static unsigned long long raw_handle(PyObject *object) {
     return handle;
 }
 
-/* (event handle, _Context) of a live mark, with its context current; 0: not here. */
-static int mark_event(MarkerObject *self, PyObject *mark, void **event, PyObject **context) {
+/* Raise the CudaError the timer's methods raise for driver result err (CudaTimer._cuda_error). */
+static PyObject *cuda_error(MarkerObject *self, int err) {
+    PyObject *code = PyLong_FromLong(err);
+    if (code == NULL) return NULL;
+    PyObject *res = PyObject_CallMethodOneArg(self->timer, s_cuda_error, code);
+    Py_DECREF(code);
+    if (res == NULL) return NULL;
+    Py_DECREF(res);
+    PyErr_Format(PyExc_RuntimeError, "brickscope: CUDA driver error %d", err);
+    return NULL;
+}
+
+/* (event handle, _Context, context handle) of a live mark; 0: not a live mark. */
+static int mark_event(MarkerObject *self, PyObject *mark, void **event, PyObject **context, void **ctx) {
     PyObject *entry = PyDict_GetItemWithError(self->marks, mark);
     if (entry == NULL || !PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) return PyErr_Occurred() ? -1 : 0;
-    PyObject *ctx = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 1), s_ctx);
-    if (ctx == NULL) return -1;
-    unsigned long long ctx_handle = raw_handle(ctx);
-    Py_DECREF(ctx);
+    PyObject *ctx_object = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 1), s_ctx);
+    if (ctx_object == NULL) return -1;
+    unsigned long long ctx_handle = raw_handle(ctx_object);
+    Py_DECREF(ctx_object);
     unsigned long long event_handle = raw_handle(PyTuple_GET_ITEM(entry, 0));
     if (PyErr_Occurred()) return -1;
-    void *current = NULL;
-    if (self->get_current(&current) != 0 || (unsigned long long)(uintptr_t)current != ctx_handle) return 0;
     *event = (void *)(uintptr_t)event_handle;
     *context = PyTuple_GET_ITEM(entry, 1);
+    *ctx = (void *)(uintptr_t)ctx_handle;
     return 1;
+}
+
+/* What _driver.in_context does: make ctx current for the calls that follow, pushing it if
+ * another (or none) is current. 0: it was current; 1: pushed (leave_context pops it);
+ * -1: the driver failed (nothing pushed). */
+static int enter_context(MarkerObject *self, void *ctx) {
+    void *current = NULL;
+    if (self->get_current(&current) != 0) return -1;
+    if (current == ctx) return 0;
+    return self->push(ctx) == 0 ? 1 : -1;
+}
+
+static void leave_context(MarkerObject *self, int pushed) {
+    void *popped = NULL;
+    if (pushed == 1) self->pop(&popped);
 }
 
 /* CudaTimer.is_complete(mark) in C: True, False, or None (the Python method decides). */
 static PyObject *marker_complete(MarkerObject *self, PyObject *mark) {
-    void *event;
+    void *event, *ctx;
     PyObject *context;
-    int found = self->enabled ? mark_event(self, mark, &event, &context) : 0;
+    int found = self->enabled ? mark_event(self, mark, &event, &context, &ctx) : 0;
     if (found < 0) return NULL;
-    if (found) {
-        int err = self->query(event);
-        if (err == 0) Py_RETURN_TRUE;
-        if (err == CUDA_ERROR_NOT_READY) Py_RETURN_FALSE;
-    }
-    Py_RETURN_NONE;
+    int pushed = found ? enter_context(self, ctx) : -1;
+    if (pushed < 0) Py_RETURN_NONE;
+    int err = self->query(event);
+    leave_context(self, pushed);
+    if (err == 0) Py_RETURN_TRUE;
+    if (err == CUDA_ERROR_NOT_READY) Py_RETURN_FALSE;
+    return cuda_error(self, err); /* the CudaError is_complete would raise */
 }
 
 static long long round_ms_to_ns(float ms) { return (long long)nearbyint((double)ms * 1e6); }
@@ -432,11 +466,11 @@ static PyObject *marker_interval(MarkerObject *self, PyObject *const *args, Py_s
         PyErr_SetString(PyExc_TypeError, "interval(start_mark, end_mark)");
         return NULL;
     }
-    void *start_event, *end_event;
+    void *start_event, *end_event, *ctx, *end_ctx;
     PyObject *context, *end_context;
-    int found = self->enabled ? mark_event(self, args[0], &start_event, &context) : 0;
-    if (found > 0) found = mark_event(self, args[1], &end_event, &end_context);
-    if (found <= 0) {
+    int found = self->enabled ? mark_event(self, args[0], &start_event, &context, &ctx) : 0;
+    if (found > 0) found = mark_event(self, args[1], &end_event, &end_context, &end_ctx);
+    if (found <= 0 || end_ctx != ctx) {
         if (found < 0) return NULL;
         Py_RETURN_NONE;
     }
@@ -468,10 +502,19 @@ static PyObject *marker_interval(MarkerObject *self, PyObject *const *args, Py_s
     unsigned long long anchor_event = raw_handle(PyTuple_GET_ITEM(anchor, 0));
     if (PyErr_Occurred()) goto done;
     float to_start = 0, length = 0;
-    if (now_ns - base > age_limit || self->elapsed(&to_start, (void *)(uintptr_t)anchor_event, start_event) != 0 ||
-        self->elapsed(&length, start_event, end_event) != 0) {
-        result = Py_None; /* re-anchor, or an error: the Python methods */
+    int pushed = now_ns - base > age_limit ? -1 : enter_context(self, ctx), err = 0;
+    if (pushed >= 0) {
+        err = self->elapsed(&to_start, (void *)(uintptr_t)anchor_event, start_event);
+        if (err == 0) err = self->elapsed(&length, start_event, end_event);
+        leave_context(self, pushed);
+    }
+    if (pushed < 0) {
+        result = Py_None; /* a stale anchor to re-establish: the Python methods */
         Py_INCREF(result);
+        goto done;
+    }
+    if (err != 0) {
+        cuda_error(self, err); /* the CudaError host_time_ns / elapsed_ns would raise */
         goto done;
     }
     long long start = base + round_ms_to_ns(to_start);
@@ -479,13 +522,19 @@ static PyObject *marker_interval(MarkerObject *self, PyObject *const *args, Py_s
 done:
     Py_XDECREF(anchor);
     Py_XDECREF(now);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback); /* the lock is released whatever happened */
     PyObject *released = PyObject_CallMethodNoArgs(lock, s_release);
     Py_DECREF(lock);
     if (released == NULL) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
         Py_XDECREF(result);
         return NULL;
     }
     Py_DECREF(released);
+    PyErr_Restore(type, value, traceback);
     return result;
 }
 
@@ -1609,6 +1658,7 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     INTERN(s_mark_failed, "mark_failed")
     INTERN(s_stream, "stream")
     INTERN(s_anchor, "anchor")
+    INTERN(s_cuda_error, "_cuda_error")
     INTERN(s_ctx, "ctx")
     INTERN(s_lock, "lock")
     INTERN(s_acquire, "acquire")

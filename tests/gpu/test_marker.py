@@ -11,7 +11,7 @@ from typing import Any, Callable
 import pytest
 
 from brickscope import _native
-from brickscope._gpu import CudaTimer
+from brickscope._gpu import CudaError, CudaTimer
 
 pytestmark = pytest.mark.gpu
 
@@ -119,8 +119,9 @@ def test_the_c_resolution_queries_answer_as_the_timer_does(timer: CudaTimer, sim
     from cuda.bindings import driver as drv
 
     ref = timer.stream_ref(new_stream())
-    drv.cuCtxSetCurrent(None)
-    assert marker.complete(marker.mark(ref)) is None  # no context current: the timer's business
+    drv.cuCtxSetCurrent(None)  # a thread with no context current (the resolver thread):
+    assert marker.complete(marker.mark(ref)) is True  # the mark's context pushed for the query...
+    assert int(drv.cuCtxGetCurrent()[1]) == 0  # ... and popped, as _driver.in_context does
     drv.cuCtxSetCurrent(drv.cuDevicePrimaryCtxRetain(0)[1])
     simdriver.enqueue_kernel(ref.handle, 20 * MS)
     start = marker.mark(ref)
@@ -135,3 +136,24 @@ def test_the_c_resolution_queries_answer_as_the_timer_does(timer: CudaTimer, sim
     timer.release(start)
     assert marker.interval(start, end) is None  # a released mark: the timer says what is wrong
     assert marker.complete(start) is None
+
+
+def test_a_driver_error_in_the_c_queries_is_the_timers_cuda_error(timer: CudaTimer, simdriver: Any) -> None:
+    """One failing query, one CudaError naming it, as is_complete / host_time_ns raise it
+    (the resolver marks the span with it); no second try behind the caller's back."""
+    marker = timer._marker
+    if marker is None:
+        assert _native.implementations().get("brickscope._hotpath") != "c"
+        return  # pure Python: the timer's own methods (test_timer.py, test_gpu_spans.py)
+    ref = timer.stream_ref(new_stream())
+    start, end = marker.mark(ref), marker.mark(ref)
+    timer.wait(end)
+    simdriver.inject_invalid_handle(1)
+    with pytest.raises(CudaError, match="CUDA_ERROR_INVALID_HANDLE"):
+        marker.complete(end)
+    assert marker.complete(end) is True  # the injected fault was used once, by that one query
+    simdriver.inject_invalid_handle(1)
+    with pytest.raises(CudaError, match="CUDA_ERROR_INVALID_HANDLE"):
+        marker.interval(start, end)
+    begin = timer.host_time_ns(start)
+    assert marker.interval(start, end) == (begin, begin + timer.elapsed_ns(start, end))

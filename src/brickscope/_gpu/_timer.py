@@ -362,6 +362,10 @@ class CudaTimer:
         c = entry[1]
         return c.pool.free, c, stream.handle, stream.ctx
 
+    def _cuda_error(self, err: int) -> None:
+        """Raise the CudaError of a driver result the C marker's queries got, as check() does."""
+        check((self._drv.CUresult(err),))
+
     def _record_failed(self, err: int) -> int:
         """The C marker's cuEventRecord returned ``err``: counted and logged as mark() does."""
         return self._fail(error_name(self._drv.CUresult(err)), "cuEventRecord failed")
@@ -549,13 +553,17 @@ def _make_marker(drv: ModuleType, timer: CudaTimer) -> Any:
     """The C marker for ``timer`` (see ``CudaTimer._marker``), or None: no accelerator, or
     the driver does not give the entry points. Besides ``mark``, it answers the resolver's
     ``is_complete`` (``complete``) and ``host_time_ns`` + ``elapsed_ns`` (``interval``) in C,
-    or says None where these methods must decide."""
+    raising the same CudaError on a driver error, or says None where these methods must
+    decide."""
     hotpath = _record.hotpath
     if hotpath is None:
         return None
     try:
         version = check(drv.cuDriverGetVersion())
-        names = (b"cuEventRecord", b"cuCtxGetCurrent", b"cuEventQuery", b"cuEventElapsedTime")
+        names = (
+            b"cuEventRecord", b"cuCtxGetCurrent", b"cuEventQuery", b"cuEventElapsedTime",
+            b"cuCtxPushCurrent", b"cuCtxPopCurrent",
+        )  # fmt: skip
         pointers = [int(check(drv.cuGetProcAddress(name, version, 0))[0]) for name in names]
         if not all(pointers):
             return None
