@@ -27,7 +27,12 @@ import struct
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from brickscope import _native
+
 from ._schema import META
+
+#: The C decoder of a packet's annotations (_fastread.c), or None: the Python code below.
+_fast = _native.load("brickscope.exporter.perfetto._fastread")
 
 _RESERVED_PREFIX = META + "."
 
@@ -88,6 +93,26 @@ def decode_annotations(
         except _Unusual:
             pass  # a field this decoder does not read: the general walk below
     return _decode_messages(annotations, lookup)
+
+
+def decode_event_annotations(
+    annotations: Iterable[Any],
+    packet: bytes,
+    tables: Mapping[str, dict[int, str]],
+    lookup: Lookup,
+    cache: dict[Any, Any],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`decode_annotations` of a track event's ``annotations``, straight from the bytes of
+    its ``packet`` by the C accelerator when it is built (it reads the ``"names"`` and
+    ``"values"`` interned ``tables``); the result is the same either way (tested), and the C
+    hands back to the Python code anything unusual."""
+    if _fast is not None:
+        decoded = _fast.annotations(
+            packet, tables.get("names"), tables.get("values"), lookup, cache, _CACHE_ENTRIES, META
+        )
+        if decoded is not None:
+            return decoded
+    return decode_annotations(annotations, lookup, cache)
 
 
 def _decode_messages(annotations: Iterable[Any], lookup: Lookup) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -49,7 +49,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from brickscope.offline import ProgressCallback, SpanRecord, TraceFormat, TraceSource
 from brickscope.trace.attributes import GPU_DURATION_NS, HOST_DURATION_NS, HOST_START_NS
 
-from ._annotations import decode_annotations
+from ._annotations import decode_annotations, decode_event_annotations
 from ._schema import (
     CLOCK_REALTIME,
     META_EVENT_OF,
@@ -187,9 +187,11 @@ class _Open:
 
     __slots__ = ("start", "name", "trace_id", "attributes", "meta", "flows", "ours")
 
-    def __init__(self, start: int, event: Any, sequence: _Sequence) -> None:
+    def __init__(self, start: int, event: Any, sequence: _Sequence, packet: bytes) -> None:
         self.start = start
-        attributes, meta = decode_annotations(event.debug_annotations, sequence.lookup, sequence.decoded)
+        attributes, meta = decode_event_annotations(
+            event.debug_annotations, packet, sequence.tables, sequence.lookup, sequence.decoded
+        )
         self.ours = META_SPAN_ID in meta
         self.attributes = attributes
         self.meta = meta
@@ -241,13 +243,13 @@ class _Decoder:
             self.descriptors[packet.track_descriptor.uuid] = packet.track_descriptor
             self.resources.pop(packet.track_descriptor.uuid, None)
         if packet.HasField("track_event"):
-            self._event(_timestamp(packet, sequence), packet.track_event, sequence)
+            self._event(_timestamp(packet, sequence), packet.track_event, sequence, data)
 
-    def _event(self, ts: int, event: Any, sequence: _Sequence) -> None:
+    def _event(self, ts: int, event: Any, sequence: _Sequence, data: bytes) -> None:
         kind = event.type
         uuid = event.track_uuid
         if kind == TYPE_SLICE_BEGIN:
-            self.open.setdefault(uuid, []).append(_Open(ts, event, sequence))
+            self.open.setdefault(uuid, []).append(_Open(ts, event, sequence, data))
         elif kind == TYPE_SLICE_END:
             stack = self.open.get(uuid)
             if stack:
