@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pftrace_testlib import T0, THREAD, gpu_attributes, make_span
 
 from brickscope import _native
-from brickscope.exporter.perfetto import PerfettoSpanExporter, _annotations
+from brickscope.exporter.perfetto import PerfettoSpanExporter, _annotations, _reader
 from brickscope.exporter.perfetto._annotations import _CACHE_ENTRIES, _decode_messages, decode_annotations
 from brickscope.exporter.perfetto._reader import iter_packets
 from brickscope.exporter.perfetto._schema import META, pb
@@ -110,9 +110,53 @@ def _assert_same_decoding(fast, path):
     return count
 
 
+def _fields(packet):
+    """What scan() answers, read from the protobuf message instead."""
+    event = packet.track_event
+
+    def optional(message, field):
+        return getattr(message, field) if message.HasField(field) else None
+
+    return (
+        packet.trusted_packet_sequence_id,
+        packet.sequence_flags,
+        packet.timestamp,
+        optional(packet, "timestamp_clock_id"),
+        event.type,
+        event.track_uuid,
+        optional(event, "name_iid"),
+        optional(event, "name"),
+        tuple(event.flow_ids),
+        tuple(event.terminating_flow_ids),
+        optional(event, "correlation_id_str_iid"),
+        optional(event, "correlation_id_str"),
+    )
+
+
+_PLAIN = {"timestamp", "trusted_packet_sequence_id", "sequence_flags", "timestamp_clock_id", "track_event"}
+
+
+def _assert_scan_matches(fast, path):
+    """Every packet scan() reads gives the message's fields; the ones it leaves are not plain
+    track events. Returns how many it read."""
+    read = 0
+    with open(path, "rb") as stream:
+        for _, data in iter_packets(stream):
+            packet = pb.TracePacket.FromString(data)
+            scanned = fast.scan(data)
+            if scanned is None:
+                plain = packet.HasField("track_event") and {f.name for f, _ in packet.ListFields()} <= _PLAIN
+                assert not plain, "scan() left one of our plain track-event packets to protobuf"
+            else:
+                assert scanned == _fields(packet)
+                read += 1
+    return read
+
+
 @pytest.mark.parametrize("path", GOLDEN, ids=[p.name for p in GOLDEN])
 def test_golden_traces_decode_identically(fast, path):
     assert _assert_same_decoding(fast, path) > 0
+    assert _assert_scan_matches(fast, path) > 0
 
 
 _KEYS = st.one_of(
@@ -142,6 +186,7 @@ def test_generated_attributes_decode_identically(fast, tmp_path_factory, attribu
     with PerfettoSpanExporter(path) as exporter:
         exporter.export(spans)
     assert _assert_same_decoding(fast, path) >= len(spans)
+    assert _assert_scan_matches(fast, path) >= len(spans)
 
 
 def _packet(*annotations):
@@ -163,9 +208,7 @@ def test_what_it_does_not_read_goes_back_to_the_python_code(fast):
         packet = _packet(pb.DebugAnnotation(name="ok", int_value=1), annotation)
         lookup = _lookup({})
         assert fast.annotations(packet.SerializeToString(), None, None, lookup, {}, _CACHE_ENTRIES, META) is None
-        got = _annotations.decode_event_annotations(
-            packet.track_event.debug_annotations, packet.SerializeToString(), {}, lookup, {}
-        )
+        got = _annotations.decode_event_annotations(packet.track_event, packet.SerializeToString(), {}, lookup, {})
         assert got == _decode_messages(packet.track_event.debug_annotations, lookup)
 
 
@@ -212,8 +255,52 @@ def test_records_equal_with_and_without_the_accelerator(fast, tmp_path, monkeypa
         with open_records(path) as stream:
             return [(*r[:5], r[5].attributes, _typed((r[6], {}))) for r in stream]
 
-    monkeypatch.setattr(_annotations, "_fast", fast)
+    for module in (_annotations, _reader):
+        monkeypatch.setattr(module, "_fast", fast)
     accelerated = records()
-    monkeypatch.setattr(_annotations, "_fast", None)
+    for module in (_annotations, _reader):
+        monkeypatch.setattr(module, "_fast", None)
     assert records() == accelerated
     assert len(accelerated) == 64
+
+
+def _track_event_packet(**event):
+    return pb.TracePacket(trusted_packet_sequence_id=3, timestamp=T0, track_event=pb.TrackEvent(**event))
+
+
+@pytest.mark.parametrize(
+    "packet",
+    [
+        pytest.param(_track_event_packet(type=1, name="s").SerializeToString() + pb.TracePacket(
+            interned_data=pb.InternedData(event_names=[pb.EventName(iid=1, name="n")])).SerializeToString(),
+            id="interned data"),
+        pytest.param(pb.TracePacket(timestamp=T0, incremental_state_cleared=True, track_event=pb.TrackEvent(type=1)).SerializeToString(),
+                     id="legacy incremental_state_cleared"),
+        pytest.param(b"\x5a\x02\x48\x07", id="unknown type value"),
+        pytest.param(b"\x5a\x02\x48\x00", id="type unspecified"),
+        pytest.param(b"\x5a\x0b\xfa\x02\x08" + (5).to_bytes(8, "little"), id="packed flow ids"),
+        pytest.param(b"\x5a\x04\xba\x01\x01\xff", id="name not UTF-8"),
+        pytest.param(_track_event_packet(type=1).SerializeToString() * 2, id="two track events merge"),
+        pytest.param(b"\x5a\x05\x48\x01", id="cut short"),
+        pytest.param(b"", id="empty"),
+    ],
+)
+def test_scan_leaves_what_it_does_not_read_to_protobuf(fast, packet):
+    assert fast.scan(packet) is None
+
+
+def test_scan_reads_oneofs_and_repeated_fields_as_protobuf_does(fast):
+    packet = _track_event_packet(type=2, track_uuid=(1 << 64) - 1, name="first", flow_ids=[1, (1 << 64) - 1],
+                                 terminating_flow_ids=[7], correlation_id_str="abc")
+    data = packet.SerializeToString() + pb.TracePacket(
+        track_event=pb.TrackEvent(name_iid=9, correlation_id_str_iid=4)).SerializeToString()
+    merged = pb.TracePacket.FromString(data)  # two track_event fields: protobuf merges them
+    assert fast.scan(data) is None
+    assert merged.track_event.name_iid == 9  # (the general path reads the merge)
+    one = pb.TracePacket.FromString(packet.SerializeToString())
+    assert fast.scan(packet.SerializeToString()) == _fields(one) == (
+        3, 0, T0, None, 2, (1 << 64) - 1, None, "first", (1, (1 << 64) - 1), (7,), None, "abc")
+    later_iid = pb.TrackEvent(name="x").SerializeToString() + pb.TrackEvent(name_iid=5, type=3).SerializeToString()
+    raw = b"\x5a" + bytes([len(later_iid)]) + later_iid
+    assert fast.scan(raw) == _fields(pb.TracePacket.FromString(raw))
+    assert fast.scan(raw)[6:8] == (5, None)

@@ -96,23 +96,24 @@ def decode_annotations(
 
 
 def decode_event_annotations(
-    annotations: Iterable[Any],
+    event: Any,
     packet: bytes,
     tables: Mapping[str, dict[int, str]],
     lookup: Lookup,
     cache: dict[Any, Any],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """:func:`decode_annotations` of a track event's ``annotations``, straight from the bytes of
-    its ``packet`` by the C accelerator when it is built (it reads the ``"names"`` and
-    ``"values"`` interned ``tables``); the result is the same either way (tested), and the C
-    hands back to the Python code anything unusual."""
+    """:func:`decode_annotations` of a track ``event``'s ``debug_annotations``, straight from
+    the bytes of its ``packet`` by the C accelerator when it is built (it reads the
+    ``"names"`` and ``"values"`` interned ``tables``); the result is the same either way
+    (tested), and the C hands back to the Python code anything unusual (only then is
+    ``event.debug_annotations`` read)."""
     if _fast is not None:
         decoded = _fast.annotations(
             packet, tables.get("names"), tables.get("values"), lookup, cache, _CACHE_ENTRIES, META
         )
         if decoded is not None:
             return decoded
-    return decode_annotations(annotations, lookup, cache)
+    return decode_annotations(event.debug_annotations, lookup, cache)
 
 
 def _decode_messages(annotations: Iterable[Any], lookup: Lookup) -> tuple[dict[str, Any], dict[str, Any]]:

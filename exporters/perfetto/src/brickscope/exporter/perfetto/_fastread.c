@@ -428,7 +428,151 @@ failed:
     Py_RETURN_NONE; /* unusual: the Python code decodes this event */
 }
 
+
+/* ---- scan(packet): the fields of a plain track-event packet, without a message object ----
+ *
+ * Mirrors what _reader._Decoder.packet reads of a TracePacket that holds only a timestamp,
+ * a sequence id, sequence flags, a timestamp clock id and one track_event whose fields are
+ * among type, track_uuid, name_iid/name, flow ids, correlation id, categories and debug
+ * annotations. Anything else (interned data, descriptors, clock snapshots, defaults, any
+ * other field, packed flow ids, a type protobuf would not accept, invalid UTF-8, a malformed
+ * field) answers None and the caller parses the packet with protobuf as before.
+ *
+ * -> (sequence_id, sequence_flags, timestamp, timestamp_clock_id or None, type, track_uuid,
+ *     name_iid or None, name or None, flow_ids, terminating_flow_ids,
+ *     correlation_id_str_iid or None, correlation_id_str or None) or None
+ */
+
+#define MAX_FLOWS 32
+
+static PyObject *u64_tuple(const unsigned long long *values, int n) {
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(values[i]);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, v);
+    }
+    return out;
+}
+
+static PyObject *optional_u64(int present, unsigned long long value) {
+    if (!present) Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(value);
+}
+
+static PyObject *scan(PyObject *module, PyObject *packet) {
+    if (!PyBytes_Check(packet)) {
+        PyErr_SetString(PyExc_TypeError, "scan(packet): bytes expected");
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(packet);
+    Py_ssize_t size = PyBytes_GET_SIZE(packet), pos = 0;
+    unsigned long long sequence_id = 0, flags = 0, timestamp = 0, clock_id = 0;
+    int has_clock = 0, events = 0;
+    Py_ssize_t event_start = 0, event_stop = 0;
+    while (pos < size) {
+        unsigned long long tag, v;
+        if (read_varint(data, size, &pos, &tag)) Py_RETURN_NONE;
+        switch (tag) {
+        case (8 << 3) | 0: if (read_varint(data, size, &pos, &timestamp)) Py_RETURN_NONE; break;
+        case (10 << 3) | 0: if (read_varint(data, size, &pos, &v)) Py_RETURN_NONE; sequence_id = v & 0xFFFFFFFFu; break;
+        case (13 << 3) | 0: if (read_varint(data, size, &pos, &v)) Py_RETURN_NONE; flags = v & 0xFFFFFFFFu; break;
+        case (58 << 3) | 0:
+            if (read_varint(data, size, &pos, &v)) Py_RETURN_NONE;
+            clock_id = v & 0xFFFFFFFFu;
+            has_clock = 1;
+            break;
+        case (11 << 3) | 2:
+            if (skip_field(data, size, &pos, 2, &event_start, &event_stop)) Py_RETURN_NONE;
+            events++;
+            break;
+        default: Py_RETURN_NONE;
+        }
+    }
+    if (events != 1) Py_RETURN_NONE;
+    unsigned long long type = 0, track_uuid = 0, name_iid = 0, correlation_iid = 0;
+    int name_kind = 0, correlation_kind = 0; /* oneofs: 0 unset, 1 iid, 2 string (last one wins) */
+    Py_ssize_t name_start = 0, name_stop = 0, correlation_start = 0, correlation_stop = 0;
+    unsigned long long flows[MAX_FLOWS], terminating[MAX_FLOWS];
+    int n_flows = 0, n_terminating = 0;
+    pos = event_start;
+    while (pos < event_stop) {
+        unsigned long long tag, v;
+        Py_ssize_t s = 0, e = 0;
+        if (read_varint(data, event_stop, &pos, &tag)) Py_RETURN_NONE;
+        switch (tag) {
+        case (9 << 3) | 0:
+            if (read_varint(data, event_stop, &pos, &type)) Py_RETURN_NONE;
+            if (type < 1 || type > 4) Py_RETURN_NONE; /* protobuf keeps unknown enum values aside */
+            break;
+        case (11 << 3) | 0: if (read_varint(data, event_stop, &pos, &track_uuid)) Py_RETURN_NONE; break;
+        case (10 << 3) | 0:
+            if (read_varint(data, event_stop, &pos, &name_iid)) Py_RETURN_NONE;
+            name_kind = 1;
+            break;
+        case (23 << 3) | 2:
+            if (skip_field(data, event_stop, &pos, 2, &name_start, &name_stop)) Py_RETURN_NONE;
+            name_kind = 2;
+            break;
+        case (54 << 3) | 0:
+            if (read_varint(data, event_stop, &pos, &correlation_iid)) Py_RETURN_NONE;
+            correlation_kind = 1;
+            break;
+        case (53 << 3) | 2:
+            if (skip_field(data, event_stop, &pos, 2, &correlation_start, &correlation_stop)) Py_RETURN_NONE;
+            correlation_kind = 2;
+            break;
+        case (47 << 3) | 1:
+        case (48 << 3) | 1:
+            if (pos + 8 > event_stop) Py_RETURN_NONE;
+            memcpy(&v, data + pos, 8);
+            pos += 8;
+            if ((tag >> 3) == 47) {
+                if (n_flows == MAX_FLOWS) Py_RETURN_NONE;
+                flows[n_flows++] = v;
+            } else {
+                if (n_terminating == MAX_FLOWS) Py_RETURN_NONE;
+                terminating[n_terminating++] = v;
+            }
+            break;
+        case (4 << 3) | 2:  /* debug_annotations: decoded by annotations() */
+        case (3 << 3) | 0:  /* category_iids: not read */
+        case (3 << 3) | 2:
+        case (22 << 3) | 2: /* categories: not read */
+            if (skip_field(data, event_stop, &pos, (int)(tag & 7), &s, &e)) Py_RETURN_NONE;
+            break;
+        default: Py_RETURN_NONE;
+        }
+    }
+    PyObject *name = NULL, *correlation = NULL;
+    if (name_kind == 2) {
+        name = PyUnicode_DecodeUTF8((const char *)data + name_start, name_stop - name_start, NULL);
+        if (name == NULL) goto undecodable;
+    }
+    if (correlation_kind == 2) {
+        correlation = PyUnicode_DecodeUTF8((const char *)data + correlation_start, correlation_stop - correlation_start, NULL);
+        if (correlation == NULL) goto undecodable;
+    }
+    PyObject *result = Py_BuildValue(
+        "(KKKNKKNNNNNN)", sequence_id, flags, timestamp, optional_u64(has_clock, clock_id), type, track_uuid,
+        optional_u64(name_kind == 1, name_iid), name ? name : (Py_INCREF(Py_None), Py_None), u64_tuple(flows, n_flows),
+        u64_tuple(terminating, n_terminating), optional_u64(correlation_kind == 1, correlation_iid),
+        correlation ? correlation : (Py_INCREF(Py_None), Py_None));
+    return result;
+undecodable:
+    Py_XDECREF(name);
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"scan", (PyCFunction)scan, METH_O,
+     "scan(packet) -> the fields _reader reads of a plain track-event packet, or None (parse it with protobuf)."},
     {"annotations", (PyCFunction)(void (*)(void))annotations, METH_FASTCALL,
      "annotations(packet, names, values, lookup, cache, cache_limit, meta_name) -> (attributes, meta) or None:\n"
      "the track event's debug annotations decoded as _annotations._decode_serialized decodes them;\n"

@@ -49,7 +49,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from brickscope.offline import ProgressCallback, SpanRecord, TraceFormat, TraceSource
 from brickscope.trace.attributes import GPU_DURATION_NS, HOST_DURATION_NS, HOST_START_NS
 
-from ._annotations import decode_annotations, decode_event_annotations
+from ._annotations import _fast, decode_annotations, decode_event_annotations
 from ._schema import (
     CLOCK_REALTIME,
     META_EVENT_OF,
@@ -189,9 +189,7 @@ class _Open:
 
     def __init__(self, start: int, event: Any, sequence: _Sequence, packet: bytes) -> None:
         self.start = start
-        attributes, meta = decode_event_annotations(
-            event.debug_annotations, packet, sequence.tables, sequence.lookup, sequence.decoded
-        )
+        attributes, meta = decode_event_annotations(event, packet, sequence.tables, sequence.lookup, sequence.decoded)
         self.ours = META_SPAN_ID in meta
         self.attributes = attributes
         self.meta = meta
@@ -223,6 +221,10 @@ class _Decoder:
         self.lost_events = 0
 
     def packet(self, data: bytes) -> None:
+        scanned = _fast.scan(data) if _fast is not None else None
+        if scanned is not None:  # a plain track-event packet, read in C (same fields)
+            self._scanned(data, *scanned)
+            return
         packet = pb.TracePacket.FromString(data)
         sequence = self.sequences.get(packet.trusted_packet_sequence_id)
         if sequence is None:
@@ -244,6 +246,19 @@ class _Decoder:
             self.resources.pop(packet.track_descriptor.uuid, None)
         if packet.HasField("track_event"):
             self._event(_timestamp(packet, sequence), packet.track_event, sequence, data)
+
+    def _scanned(
+        self, data: bytes, sequence_id: int, flags: int, ts: int, clock: int | None, *event: Any
+    ) -> None:
+        """:meth:`packet` of a packet ``_fastread.scan`` read: the same steps, on its fields."""
+        sequence = self.sequences.get(sequence_id)
+        if sequence is None:
+            sequence = self.sequences[sequence_id] = _Sequence()
+        if flags & SEQ_INCREMENTAL_STATE_CLEARED:
+            sequence.tables.clear()
+            sequence.decoded.clear()
+            sequence.default_clock = 0
+        self._event(_on_clock(sequence.default_clock if clock is None else clock, ts, sequence), _Scanned(data, *event), sequence, data)
 
     def _event(self, ts: int, event: Any, sequence: _Sequence, data: bytes) -> None:
         kind = event.type
@@ -432,9 +447,38 @@ def _define(sequence: _Sequence, table: dict[int, str], iid: int, value: str) ->
     table[iid] = value
 
 
+class _Scanned:
+    """The TrackEvent fields ``_fastread.scan`` read, under the message's attribute names, so
+    :meth:`_Decoder._event` reads either; the annotations are parsed only if asked for (the
+    C decoder decodes them from the packet's bytes otherwise)."""
+
+    __slots__ = (
+        "data", "type", "track_uuid", "name_iid", "name", "flow_ids", "terminating_flow_ids",
+        "correlation_id_str_iid", "correlation_id_str",
+    )  # fmt: skip
+
+    def __init__(self, data: bytes, *fields: Any) -> None:
+        self.data = data
+        (self.type, self.track_uuid, self.name_iid, self.name, self.flow_ids, self.terminating_flow_ids,
+         self.correlation_id_str_iid, self.correlation_id_str) = fields  # fmt: skip
+        if self.name is None and self.name_iid is None:
+            self.name = ""
+
+    def HasField(self, field: str) -> bool:  # noqa: N802 - the protobuf message's method
+        return getattr(self, field) is not None
+
+    @property
+    def debug_annotations(self) -> Any:
+        return pb.TracePacket.FromString(self.data).track_event.debug_annotations
+
+
 def _timestamp(packet: Any, sequence: _Sequence) -> int:
     clock = packet.timestamp_clock_id if packet.HasField("timestamp_clock_id") else sequence.default_clock
-    ts = packet.timestamp
+    return _on_clock(clock, packet.timestamp, sequence)
+
+
+def _on_clock(clock: int, ts: int, sequence: _Sequence) -> int:
+    """The absolute time of ``ts`` given on ``clock`` (a sequence's incremental clock, or not)."""
     if clock in sequence.clocks:
         ts = sequence.clocks[clock] = sequence.clocks[clock] + ts
     elif clock not in (0, CLOCK_REALTIME) and 64 <= clock < 128:
