@@ -186,7 +186,10 @@ def _child_pipeline(path: str, backend: str) -> dict[str, Any]:
     t2 = time.perf_counter()
     text = render(report, "json")
     t3 = time.perf_counter()
+    from brickscope import _native
+
     return {
+        "implementations": _native.implementations(),
         "spans": table.rows,
         "load_s": t1 - t0,
         "analyse_s": t2 - t1,
@@ -199,20 +202,31 @@ def _child_pipeline(path: str, backend: str) -> dict[str, Any]:
     }
 
 
-def pipeline(spans: int, backend: str) -> dict[str, Any]:
+def pipeline(spans: int, backend: str, pure_python: bool = True) -> dict[str, Any]:
+    """The pipeline with the C accelerators as installed, then (unless ``pure_python`` is
+    False: at 10M it takes minutes) with ``BRICKSCOPE_PURE_PYTHON=1``, on the same file."""
+
+    def child(path: str, **env: str) -> dict[str, Any]:
+        out = subprocess.run(
+            [sys.executable, __file__, "_child", path, backend],
+            capture_output=True, text=True, check=True, env={**os.environ, **env},
+        )  # fmt: skip
+        return json.loads(out.stdout)
+
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "trace.pftrace")
         started = time.perf_counter()
         write_pftrace(path, spans)
         written = time.perf_counter() - started
         size = os.path.getsize(path)
-        out = subprocess.run(
-            [sys.executable, __file__, "_child", path, backend], capture_output=True, text=True, check=True
-        )
-    result = json.loads(out.stdout)
+        result = child(path)
+        pure = child(path, BRICKSCOPE_PURE_PYTHON="1") if pure_python else None
     result.update(
         file_mb=size / 1e6, write_s=written, backend=backend, spans_per_s=result["spans"] / result["total_s"]
     )
+    if pure is not None:
+        result["pure_python"] = pure
+        result["accelerator_speedup_total"] = pure["total_s"] / result["total_s"]
     return result
 
 
@@ -364,12 +378,15 @@ def main() -> None:
         "--engines", default="numpy,python,polars", help="engines section: which to run (comma-separated)"
     )
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--no-pure-python", action="store_true", help="pipeline: skip the BRICKSCOPE_PURE_PYTHON=1 run"
+    )
     args = parser.parse_args()
     if args.section == "_child":
         print(json.dumps(_child_pipeline(*args.args)))
         return
     if args.section == "pipeline":
-        result = pipeline(args.spans, args.backend)
+        result = pipeline(args.spans, args.backend, pure_python=not args.no_pure_python)
     elif args.section == "live":
         result = live()
     elif args.section == "reader":

@@ -248,9 +248,10 @@ class _Decoder:
             self._event(_timestamp(packet, sequence), packet.track_event, sequence, data)
 
     def _scanned(
-        self, data: bytes, sequence_id: int, flags: int, ts: int, clock: int | None, *event: Any
+        self, data: bytes, sequence_id: int, flags: int, ts: int, clock: int | None, kind: int, uuid: int, *event: Any
     ) -> None:
-        """:meth:`packet` of a packet ``_fastread.scan`` read: the same steps, on its fields."""
+        """:meth:`packet` of a packet ``_fastread.scan`` read: the same steps, on its fields
+        (an END needs only its track and flows: no event object is made for it)."""
         sequence = self.sequences.get(sequence_id)
         if sequence is None:
             sequence = self.sequences[sequence_id] = _Sequence()
@@ -258,7 +259,11 @@ class _Decoder:
             sequence.tables.clear()
             sequence.decoded.clear()
             sequence.default_clock = 0
-        self._event(_on_clock(sequence.default_clock if clock is None else clock, ts, sequence), _Scanned(data, *event), sequence, data)
+        ts = _on_clock(sequence.default_clock if clock is None else clock, ts, sequence)
+        if kind == TYPE_SLICE_END:
+            self._end(uuid, ts, event[3])
+        else:
+            self._event(ts, _Scanned(data, kind, uuid, *event), sequence, data)
 
     def _event(self, ts: int, event: Any, sequence: _Sequence, data: bytes) -> None:
         kind = event.type
@@ -266,16 +271,7 @@ class _Decoder:
         if kind == TYPE_SLICE_BEGIN:
             self.open.setdefault(uuid, []).append(_Open(ts, event, sequence, data))
         elif kind == TYPE_SLICE_END:
-            stack = self.open.get(uuid)
-            if stack:
-                piece = stack.pop()
-                if piece.ours:
-                    if event.terminating_flow_ids and piece.meta[META_SPAN_ID] in event.terminating_flow_ids:
-                        piece.meta["_gpu"] = True  # the launch flow ends here when the GPU began first
-                    self.ended.append((uuid, piece.start, ts, piece))
-                else:  # a GPU span's launch slice (or another producer's slice)
-                    for flow in piece.flows:
-                        _bounded_put(self.launches, flow, (piece.start, ts))
+            self._end(uuid, ts, event.terminating_flow_ids)
         elif kind == TYPE_INSTANT:
             attributes, meta = decode_annotations(event.debug_annotations, sequence.lookup)
             owner = meta.get(META_EVENT_OF)
@@ -286,6 +282,19 @@ class _Decoder:
                 if owner not in self.events and len(self.events) >= _MAX_WAITING:
                     self.lost_events += len(self.events.pop(next(iter(self.events))))
                 self.events.setdefault(owner, []).append(Event(_event_name(event, sequence), attributes, timestamp=ts))
+
+    def _end(self, uuid: int, ts: int, terminating_flow_ids: Any) -> None:
+        """An END: closes the most recent open slice of its track."""
+        stack = self.open.get(uuid)
+        if stack:
+            piece = stack.pop()
+            if piece.ours:
+                if terminating_flow_ids and piece.meta[META_SPAN_ID] in terminating_flow_ids:
+                    piece.meta["_gpu"] = True  # the launch flow ends here when the GPU began first
+                self.ended.append((uuid, piece.start, ts, piece))
+            else:  # a GPU span's launch slice (or another producer's slice)
+                for flow in piece.flows:
+                    _bounded_put(self.launches, flow, (piece.start, ts))
 
     def ready(self, *, final: bool = False, records: bool = False) -> Iterator[Any]:
         """Spans held long enough (all of them when ``final``), as SpanRecords when ``records``."""
