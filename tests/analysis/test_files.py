@@ -244,3 +244,29 @@ def test_progress_line_only_on_a_terminal(files, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stderr", quiet)
     assert main(["report", str(files / "json" / "rank0.jsonl"), "-q"]) == 0
     assert quiet.getvalue() == ""
+
+
+@pytest.mark.parametrize("collector_on", [True, False])
+def test_load_leaves_the_garbage_collector_as_it_found_it(files, tmp_path, monkeypatch, collector_on):
+    """load() pauses the cyclic collector while it reads (a quarter of its CPU otherwise):
+    the application's setting is back afterwards, whether the load worked or failed, and the
+    collector is really off during the read."""
+    import gc
+
+    from brickscope.analysis import _load
+
+    seen = []
+    real = _load._load_files
+    monkeypatch.setattr(_load, "_load_files", lambda *args: (seen.append(gc.isenabled()), real(*args))[1])
+    (gc.enable if collector_on else gc.disable)()
+    try:
+        assert load(files / "perfetto").rows > 0
+        assert gc.isenabled() is collector_on
+        empty = tmp_path / "empty.pftrace"
+        empty.write_bytes(b"")
+        with pytest.raises(AnalysisError):
+            load(empty)
+        assert gc.isenabled() is collector_on
+        assert seen == [False, False]
+    finally:
+        gc.enable()
