@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -24,7 +26,9 @@ def load_simdriver() -> Any:
     module = importlib.util.module_from_spec(spec)
     sys.modules["simdriver"] = module
     spec.loader.exec_module(module)
-    lib = module.build_simdriver(Path(tempfile.mkdtemp(prefix="simcuda-")))
+    directory = tempfile.mkdtemp(prefix="simcuda-")
+    atexit.register(shutil.rmtree, directory, True)  # the library stays mapped until exit
+    lib = module.build_simdriver(Path(directory))
     return module.SimDriver.preload(lib)
 
 

@@ -17,6 +17,8 @@ completion time:
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import statistics
 import sys
 import tempfile
@@ -39,7 +41,9 @@ def summary(name: str, values: list[int]) -> str:
 
 
 def main() -> None:
-    sim = SimDriver.preload(build_simdriver(Path(tempfile.mkdtemp(prefix="simcuda-"))))
+    directory = tempfile.mkdtemp(prefix="simcuda-")
+    atexit.register(shutil.rmtree, directory, True)  # the library stays mapped until exit
+    sim = SimDriver.preload(build_simdriver(Path(directory)))
     from cuda.bindings import driver as drv
 
     from brickscope._gpu import CudaTimer, _timer
