@@ -284,7 +284,7 @@ class CategoryAggregator(SpanProcessor):
         return render(analyse(self.table(), **options), format)
 
     def reset(self) -> None:
-        """Forget everything kept so far."""
+        """Forget the spans kept so far (the metrics are cumulative counters: not reset)."""
         self._rows = TableBuilder(max_rows=self.max_spans)
 
     def _operations(self, kind: str) -> list[Any]:
