@@ -12,7 +12,9 @@ brickscope, over the seconds of traffic, is the percent of one core brickscope
 plus export costs. Spans and metrics (1 s export interval) go by OTLP/HTTP to a
 receiver on 127.0.0.1 in a separate process (its CPU is not counted). Cases:
 ``metrics_only`` (the OTel sampler keeps no trace; every brick still in the
-metrics), ``sampled_1_in_100`` (``step_sampling="every=100"``), ``full`` (every
+metrics), ``metrics_only_histogram_all`` (the same with
+``duration_histogram="all"``: one OTel SDK ``Histogram.record`` per brick, the
+distribution's cost), ``sampled_1_in_100`` (``step_sampling="every=100"``), ``full`` (every
 step traced); all with ``resolver="thread"``.
 
 ``launch_bound_overhead_pct``: the decode step of ``sync_modes.py`` (one brick
@@ -50,7 +52,7 @@ NAMES = (
     "rms_norm", "qkv_projection", "rope", "attention_score", "attention_softmax",
     "attention_output", "output_projection", "ffn_gate", "ffn_up", "ffn_down",
 )  # fmt: skip
-CASES = ("metrics_only", "sampled_1_in_100", "full")
+CASES = ("metrics_only", "metrics_only_histogram_all", "sampled_1_in_100", "full")
 KERNEL_US = (3, 5, 10, 20, 50)
 
 # A loopback OTLP/HTTP receiver in its own process: reads each request, answers 200
@@ -135,7 +137,7 @@ def cpu_case(case: str, endpoint: str, seconds: float) -> dict[str, float]:
     if case == "baseline":
         bricks = paced_tokens(None, seconds, 0)
         return {"cpu_s": time.process_time() - cpu0, "bricks": bricks}
-    provider = TracerProvider(sampler=ALWAYS_OFF if case == "metrics_only" else ALWAYS_ON)
+    provider = TracerProvider(sampler=ALWAYS_OFF if case.startswith("metrics_only") else ALWAYS_ON)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")))
     reader = PeriodicExportingMetricReader(
         OTLPMetricExporter(endpoint=f"{endpoint}/v1/metrics"), export_interval_millis=1000
@@ -147,6 +149,7 @@ def cpu_case(case: str, endpoint: str, seconds: float) -> dict[str, float]:
         meter_provider=meters,
         resolver="thread",
         step_sampling="every=100" if case == "sampled_1_in_100" else None,
+        duration_histogram="all" if case == "metrics_only_histogram_all" else None,
         max_delay_millis=100,
     )
     bricks = paced_tokens(bs, seconds, 0)

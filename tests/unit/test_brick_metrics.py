@@ -118,6 +118,19 @@ class TestExactCounters:
             assert (count, elements) == (4 * 500, 500 * (1 + 2 + 3 + 4))
             assert captured.session.sync_processor.unsampled._tables == []  # noqa: SLF001
 
+    def test_step_ends_hand_sums_over_at_most_every_max_delay_and_sync_always(self, clock):
+        """A step end with nothing pending hands the unsampled sums over only once per
+        max_delay_millis (here: never again); sync() and flush always do."""
+        reader = InMemoryMetricReader()
+        with capture_spans(
+            TracerProvider(sampler=ALWAYS_OFF), max_delay_millis=1e9, meter_provider=MeterProvider(metric_readers=[reader])
+        ) as captured:
+            decode_step(clock, 0)  # the first step end hands over
+            decode_step(clock, 1)  # within max_delay of it: kept for later
+            assert counters(reader) == per_step(1)
+            captured.session.sync()
+            assert counters(reader) == per_step(2)
+
     def test_elements_only_for_bricks_that_count_them(self, clock):
         reader = InMemoryMetricReader()
         with capture_spans(meter_provider=MeterProvider(metric_readers=[reader])) as captured:

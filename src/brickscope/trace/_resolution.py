@@ -42,9 +42,14 @@ class Resolver:
         downstream: Downstream,
         counters: Counters,
         unsampled: UnsampledBricks,
+        handover_interval_s: float = 0.0,
     ) -> None:
         self._recorder = recorder
         self._unsampled = unsampled
+        #: A non-blocking sync with nothing pending hands unsampled sums over at most this
+        #: often (a step end need not: the metrics are read once per collection).
+        self._handover_interval_s = handover_interval_s
+        self._next_handover = 0.0
         self._builder = builder
         self._downstream = downstream
         self._counters = counters
@@ -61,6 +66,8 @@ class Resolver:
         only the already-complete prefix is resolved. Returns True when nothing is
         left pending. Never raises.
         """
+        if not block and not self._recorder.pending and time.monotonic() < self._next_handover:
+            return True  # nothing to resolve, and the sums were handed over a moment ago
         try:
             with self.lock:
                 cpu_start = _thread_time_ns()
@@ -106,6 +113,7 @@ class Resolver:
 
     def _flush_unsampled(self, processors: tuple) -> None:
         """End of a batch: the unsampled bricks folded since the last one go to the aggregators."""
+        self._next_handover = time.monotonic() + self._handover_interval_s
         sums, values = self._unsampled.take()
         self._downstream.fold_unsampled(sums, values, processors)
 

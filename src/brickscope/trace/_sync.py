@@ -146,6 +146,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
             Downstream(tracer_provider, self, self.counters),
             self.counters,
             self.unsampled,
+            handover_interval_s=max_delay_millis / 1e3,
         )
         self._shutdown = False
         self._worker: ResolverThread | None = None
