@@ -19,6 +19,7 @@ Not thread-safe across concurrent captures: one capture at a time per process.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any, Iterator
 
@@ -26,12 +27,31 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status
 
 from brickscope import _catalog, _checksum, _config, _kernel_sources, _record, _scope, _scope_data, _state
 from brickscope.trace import attributes as A
+
+
+class SequentialIdGenerator(IdGenerator):
+    """Span ids 0x1000, 0x1001, ... and trace ids 0x10000, 0x10001, ...: the same ids on every
+    run, so two runs of one program (two implementations, say) can be compared span by span.
+
+    Example: ``TracerProvider(id_generator=SequentialIdGenerator())``.
+    """
+
+    def __init__(self) -> None:
+        self._spans = itertools.count(0x1000)
+        self._traces = itertools.count(0x10000)
+
+    def generate_span_id(self) -> int:
+        return next(self._spans)
+
+    def generate_trace_id(self) -> int:
+        return next(self._traces)
 
 
 class CapturedSpans:

@@ -9,33 +9,20 @@ GPU-timed, on which device and stream, which failed and why, the tree and the at
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import json
 import os
 import sys
 from pathlib import Path
 
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 import brickscope as bs
 from brickscope import _native
-from brickscope.testing import capture_spans
+from brickscope.testing import SequentialIdGenerator, capture_spans
 from brickscope.trace import attributes as A
 
 TIMES = {A.HOST_START_NS, A.HOST_DURATION_NS, A.GPU_DURATION_NS, A.BRICK_SELF_DURATION_NS, A.THREAD_ID}
 
-
-class SequentialIds(IdGenerator):
-    def __init__(self) -> None:
-        self._spans = itertools.count(0x1000)
-        self._traces = itertools.count(0x10000)
-
-    def generate_span_id(self) -> int:
-        return next(self._spans)
-
-    def generate_trace_id(self) -> int:
-        return next(self._traces)
 
 
 def simulator() -> object:
@@ -56,7 +43,7 @@ def main() -> None:
     drv.cuCtxSetCurrent(drv.cuDevicePrimaryCtxRetain(drv.cuDeviceGet(0)[1])[1])  # as torch has it
     stream = drv.cuStreamCreate(1)[1]
     handle = int(stream)
-    provider = TracerProvider(id_generator=SequentialIds())
+    provider = TracerProvider(id_generator=SequentialIdGenerator())
     with capture_spans(provider, clock="cuda", time_kernels=True, step_sampling="every=2") as captured:
         for number in range(3):  # step 1 is not traced: metrics only, still GPU-timed
             with bs.step(number), bs.layer(0):

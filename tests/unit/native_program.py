@@ -9,7 +9,6 @@ read advances it by 1 µs), ids (sequential), the epoch offset and thread ids (r
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import threading
 
@@ -18,13 +17,12 @@ from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 import brickscope as bs
 from brickscope import _native, _scope_data
-from brickscope.testing import capture_spans
+from brickscope.testing import SequentialIdGenerator, capture_spans
 from brickscope.trace import _recorder, _spans
 
 EPOCH = 1_700_000_000_000_000_000
@@ -38,17 +36,6 @@ class Clock:
         self.now += 1_000
         return self.now
 
-
-class SequentialIds(IdGenerator):
-    def __init__(self) -> None:
-        self._spans = itertools.count(0x1000)
-        self._traces = itertools.count(0x10000)
-
-    def generate_span_id(self) -> int:
-        return next(self._spans)
-
-    def generate_trace_id(self) -> int:
-        return next(self._traces)
 
 
 def program(tracer: trace.Tracer) -> None:
@@ -151,7 +138,7 @@ def main() -> None:
     _spans.EPOCH_OFFSET_NS = EPOCH
     _scope_data.host_ns = lambda: clock() + EPOCH
     reader = InMemoryMetricReader()
-    provider = TracerProvider(sampler=ParentBased(ALWAYS_ON), id_generator=SequentialIds())
+    provider = TracerProvider(sampler=ParentBased(ALWAYS_ON), id_generator=SequentialIdGenerator())
     with capture_spans(
         provider, step_sampling="every=2", meter_provider=MeterProvider(metric_readers=[reader])
     ) as captured:

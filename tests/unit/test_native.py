@@ -72,3 +72,13 @@ def test_the_accelerator_gives_the_spans_of_the_reference():
     assert native["spans"] == python["spans"]
     assert native["stats"] == python["stats"]
     assert native["metrics"] == python["metrics"]
+
+
+def test_sequential_ids_are_the_same_on_every_run():
+    """The comparison programs rely on it: two generators give the same ids, in order."""
+    from brickscope.testing import SequentialIdGenerator
+
+    first, second = SequentialIdGenerator(), SequentialIdGenerator()
+    assert [first.generate_span_id() for _ in range(3)] == [0x1000, 0x1001, 0x1002]
+    assert [second.generate_span_id() for _ in range(3)] == [0x1000, 0x1001, 0x1002]
+    assert (first.generate_trace_id(), first.generate_trace_id()) == (0x10000, 0x10001)
