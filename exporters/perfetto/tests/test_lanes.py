@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from brickscope.exporter.perfetto._lanes import Lane, LaneSet
@@ -12,34 +12,38 @@ from brickscope.exporter.perfetto._lanes import Lane, LaneSet
 def _replay(batches):
     """Place batches as the writer does and replay BEGIN/END like the trace processor.
 
-    Returns the (start, end) pairs the trace processor would rebuild per lane, and
-    the lanes each interval was placed on.
+    Events of a batch are written in the writer's order: by timestamp, then placement
+    order, except that ENDs of slices begun earlier come first at their timestamp,
+    innermost (latest placed) first. The trace processor sorts by timestamp, keeping
+    file order, and an END closes the most recent open slice of its lane. Returns the
+    (lane, start, end) each END closed, keyed by the slice the END belongs to, and the
+    same for what was placed: they differ when an END closes another slice.
     """
     lanes = LaneSet()
     events = []  # (lane, ts, file position, kind, interval id)
     placed = []
     position = 0
-    for batch in batches:
+    for batch_number, batch in enumerate(batches, 1):
         ordered = sorted(batch, key=lambda iv: (iv[0], -iv[1]))
         batch_events = []
         for order, (start, end) in enumerate(ordered):
-            lane = lanes.place(start, end)
+            lane = lanes.place(start, end, batch_number)
             ident = len(placed)
-            placed.append((lane, start, end))
+            placed.append((ident, lane, start, end))
             batch_events.append((start, order, 0, lane, ident))
-            batch_events.append((end, order, 1, lane, ident))
+            batch_events.append((end, order if end == start else -1 - order, 1, lane, ident))
         for ts, _, phase, lane, ident in sorted(batch_events):
             events.append((lane, ts, position, phase, ident))
             position += 1
     rebuilt = []
-    for lane in {p[0] for p in placed}:
+    for lane in {p[1] for p in placed}:
         stack = []
         for _, ts, _, phase, ident in sorted(e for e in events if e[0] == lane):
             if phase == 0:
                 stack.append((ts, ident))
             else:
                 start, _ = stack.pop()
-                rebuilt.append((lane, start, ts))
+                rebuilt.append((ident, lane, start, ts))
         assert not stack
     return sorted(rebuilt), sorted(placed)
 
@@ -70,6 +74,14 @@ class TestLane:
         assert not lane.try_place(50, 100)
         assert lane.try_place(200, 300)
 
+    def test_later_batch_nested_with_the_same_end_is_refused(self):
+        """A later batch's slice inside a written one, ending with it: the written END comes
+        first in the file and would close it. Batch-mates may share an end."""
+        lane = Lane()
+        assert lane.try_place(20, 60, batch=1) and lane.try_place(30, 60, batch=1)
+        assert not lane.try_place(40, 60, batch=2) and not lane.try_place(20, 60, batch=2)
+        assert lane.try_place(40, 59, batch=2)
+
     def test_zero_length_always_fits(self):
         """Zero-length slices never conflict."""
         lane = Lane()
@@ -98,7 +110,9 @@ class TestLaneSet:
 
     @settings(max_examples=300, deadline=None)
     @given(st.lists(st.lists(_interval, min_size=1, max_size=8), min_size=1, max_size=6))
+    @example([[(20, 60)], [(30, 60)]])  # the writer's cross-batch flow swap (test_writer.TestFlowsOnEqualEnds)
     def test_trace_processor_rebuilds_every_interval(self, batches):
-        """Whatever the batches, replaying BEGIN/END per lane rebuilds exactly the placed intervals."""
+        """Whatever the batches, replaying BEGIN/END per lane rebuilds exactly the placed
+        intervals, each closed by its own END (a flow on an END lands on its own slice)."""
         rebuilt, placed = _replay(batches)
         assert rebuilt == placed

@@ -13,16 +13,20 @@ most recent open slice. The trace processor sorts events by timestamp and keeps
 file order for equal timestamps, so a slice written in a later batch sorts after
 every earlier event at the same timestamp. A slice can go on a lane only if,
 under that order, every END on the lane still closes its own slice. Writing the
-events of one batch sorted by ``(ts, insertion order)`` (and placing the slices of
-a batch in ``(start, -end)`` order) makes batch-mates behave exactly like slices
-of earlier batches, and three pairwise rules decide, for a new slice ``S=[s, e]``
+events of one batch sorted by ``(ts, insertion order)``, except that ENDs at one
+timestamp go innermost first (and placing the slices of a batch in ``(start, -end)``
+order) makes batch-mates behave almost like slices of earlier batches, and four
+pairwise rules decide, for a new slice ``S=[s, e]``
 against any slice ``X=[a, b]`` already on the lane (only slices of non-zero length
 matter: a zero-length slice opens and closes at once and can never be closed by
 another slice's END):
 
 1. partial overlap (``a < s < b < e`` or ``s < a < e < b``) conflicts;
 2. ``a == s`` and ``b < e``: S opens on top of X and X's END would close S;
-3. ``a == e`` (and ``s < e``): X opens before S's END, which would close X.
+3. ``a == e`` (and ``s < e``): X opens before S's END, which would close X;
+4. ``b == e``, S nested in X, and X written in an earlier batch: X's END comes first
+   in the file at that timestamp and would close S (batch-mates ending together are
+   fine: the writer puts their ENDs innermost first).
 
 A slice that fits no lane goes on a new overflow lane: nothing is dropped.
 
@@ -42,11 +46,12 @@ _NEG_INF = -(1 << 63)
 class _Node:
     """One slice of non-zero length in a lane's nesting forest."""
 
-    __slots__ = ("start", "end", "children", "size")
+    __slots__ = ("start", "end", "batch", "children", "size")
 
-    def __init__(self, start: int, end: int) -> None:
+    def __init__(self, start: int, end: int, batch: int = 0) -> None:
         self.start = start
         self.end = end
+        self.batch = batch  # the writer's batch it was placed in (rule 4)
         # Sorted by start, pairwise disjoint; None for a leaf (most nodes: saves a list each).
         self.children: list[_Node] | None = None
         self.size = 1  # nodes in this subtree, itself included
@@ -74,8 +79,9 @@ class Lane:
         """Slices of non-zero length the lane currently remembers."""
         return self._root.size
 
-    def try_place(self, start: int, end: int) -> bool:
-        """Place ``[start, end]`` if the rules allow it; returns whether it was placed."""
+    def try_place(self, start: int, end: int, batch: int = 0) -> bool:
+        """Place ``[start, end]`` of the writer's batch ``batch`` if the rules allow it;
+        returns whether it was placed."""
         if start == end:
             return True  # zero-length slices never conflict and need no memory
         if start < self.sealed_until_ns:
@@ -91,16 +97,16 @@ class Lane:
             i = bisect_right(children, start, key=_start) - 1
             if i >= 0 and children[i].end > start:
                 child = children[i]
-                if child.end >= end:
+                if child.end > end or (child.end == end and child.batch == batch):
                     path.append(child)
                     node = child  # S nests inside this child: descend
                     continue
-                return False  # rule 2 (child starts with S, ends first) or rule 1
+                return False  # rule 2 (child starts with S, ends first), rule 1 or rule 4
             lo = i + 1
             hi = bisect_left(children, end, lo=lo, key=_start)
             if hi > lo and children[hi - 1].end > end:
                 return False  # rule 1: a child starts inside S and outlives it
-            new = _Node(start, end)
+            new = _Node(start, end, batch)
             if hi > lo:
                 new.children = children[lo:hi]
                 new.size = 1 + sum(c.size for c in new.children)
@@ -144,13 +150,14 @@ class LaneSet:
     def __init__(self) -> None:
         self.lanes: list[Lane] = [Lane()]
 
-    def place(self, start: int, end: int) -> int:
-        """Place a slice on the first lane that takes it (a new one if none); returns its index."""
+    def place(self, start: int, end: int, batch: int = 0) -> int:
+        """Place a slice of the writer's batch ``batch`` on the first lane that takes it (a
+        new one if none); returns its index."""
         for index, lane in enumerate(self.lanes):
-            if lane.try_place(start, end):
+            if lane.try_place(start, end, batch):
                 return index
         lane = Lane()
-        lane.try_place(start, end)
+        lane.try_place(start, end, batch)
         self.lanes.append(lane)
         return len(self.lanes) - 1
 

@@ -191,6 +191,7 @@ class TraceWriter:
         self._good_clocks: dict[int, int] = {}  # as of the last committed batch
         self._needs_reset = False
         self._written: dict[int, tuple[int, int]] = {}  # span id -> (lane uuid, start)
+        self._batches = 0  # batches encoded: the lane rules treat earlier batches' slices apart
         self._awaited: dict[int, list[int]] = {}  # span id -> link flow ids waiting for it
         self.skipped_spans = 0
         #: GPU spans whose GPU interval ends before their launch starts (bad clocks or
@@ -217,6 +218,7 @@ class TraceWriter:
         for span in spans:
             self._collect(span, slices)
         slices.sort(key=lambda s: (s.start, -s.end))
+        self._batches += 1
         for order, piece in enumerate(slices):
             piece.order = order
             piece.uuid = self._place(piece.track, piece.start, piece.end)
@@ -461,7 +463,7 @@ class TraceWriter:
         slices.append(main)
 
     def _place(self, track: _Track, start: int, end: int) -> int:
-        lane = track.lanes.place(start, end)
+        lane = track.lanes.place(start, end, self._batches)
         while lane >= len(track.lane_uuids):
             index = len(track.lane_uuids)
             uuid = self._uuid()
