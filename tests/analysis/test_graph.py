@@ -16,7 +16,8 @@ from analysis_graph_cases import RESOURCE, SOURCE_HASH, T0, US, gpu, table_of, t
 
 from brickscope.analysis._graph import median_graph, step_graphs
 from brickscope.cli import main
-from brickscope.testing import make_span
+from brickscope.testing import MAIN_THREAD, make_span
+from brickscope.trace import attributes as A
 
 SNAPSHOTS = Path(__file__).with_name("snapshots")
 
@@ -71,6 +72,22 @@ class TestCriticalPathAndSlack:
         assert graph.path_ns == (10 + 15 + 18) * US
         assert all(n.slack_ns == 0 for n in graph.nodes())
 
+    def test_a_bricks_own_work_is_on_the_path(self, backend):
+        """Host-timed, one thread: step [0,60] > layer [0,60] > rope [0,40] holding its kernel
+        k [5,15], then norm [45,60]. rope's 30 us outside k is its own work (host code around
+        the launch), on the path; the layer's 5 us between rope and norm is a gap. Path: rope
+        30 + k 10 + norm 15 = 55 us of 60."""
+        (graph,) = step_graphs(table_of(_host_step(0), backend))
+        assert [(n.name, n.path_ns) for n in graph.path] == [("rope", 30 * US), ("k", 10 * US), ("norm", 15 * US)]
+        assert (graph.path_ns, graph.duration_ns) == (55 * US, 60 * US)
+
+    def test_a_bricks_own_work_over_steps_is_its_median(self, backend):
+        """The same step again with rope 20 us longer (own work 50 us): over the two steps,
+        rope's own work is the nearest-rank median of 30 and 50 us, 30 us."""
+        median = median_graph(step_graphs(table_of(_host_step(0) + _host_step(1, base=1000, longer=20), backend)))
+        assert [(n.name, n.path_ns) for n in median.path] == [("rope", 30 * US), ("k", 10 * US), ("norm", 15 * US)]
+        assert median.path_ns == 55 * US
+
     def test_median_over_steps(self, backend):
         """Three steps whose D takes 30, 50 and 230 us: the median tree has D = 50 us, step = 120 us."""
         spans = two_streams(0) + two_streams(1, base=1000, stretch=20) + two_streams(2, base=2000, stretch=200)
@@ -82,6 +99,27 @@ class TestCriticalPathAndSlack:
         assert nodes["D"].duration_ns == 50 * US and nodes["D"].critical_in == 3
         assert nodes["C"].slack_ns == 40 * US  # 20, 40, 220 us in the three steps
         assert [n.name for n in median.path] == ["A", "B", "D"]
+
+
+def _host_step(step: int, base: int = 0, longer: int = 0) -> list:
+    """A host-timed step (see test_a_bricks_own_work_is_on_the_path) at T0 + base us, its
+    rope brick ``longer`` us longer (and everything after it later)."""
+
+    def host(kind: str) -> dict[str, object]:
+        attributes = {A.SCOPE_KIND: kind, A.CLOCK: A.CLOCK_HOST, A.STEP_NUMBER: step, **MAIN_THREAD}
+        return attributes if kind == "step" else {**attributes, A.LAYER_INDEX: 0}
+
+    def us(a: int, b: int) -> tuple[int, int]:
+        return T0 + (base + a) * US, T0 + (base + b) * US
+
+    ids, extra = 100 * (step + 1), longer
+    return [
+        make_span(ids + 1, "step", *us(0, 60 + extra), attributes=host("step"), resource=RESOURCE),
+        make_span(ids + 2, "layer", *us(0, 60 + extra), ids + 1, attributes=host("layer"), resource=RESOURCE),
+        make_span(ids + 3, "rope", *us(0, 40 + extra), ids + 2, attributes=host("brick"), resource=RESOURCE),
+        make_span(ids + 4, "k", *us(5, 15), ids + 3, attributes=host("kernel"), resource=RESOURCE),
+        make_span(ids + 5, "norm", *us(45 + extra, 60 + extra), ids + 2, attributes=host("brick"), resource=RESOURCE),
+    ]
 
 
 def _tree(capsys, *argv):

@@ -14,7 +14,8 @@ A node's **latest finish** is the latest end that delays neither its parent's en
 nor its lane successor's start (observed gaps kept); its **slack** is latest finish
 minus actual end. The **critical path** of a node is its lane chain ending at the
 child that ends last (the one the parent waited for), each of those expanded
-recursively; its leaves in time order are the path. Children timed on another clock
+recursively; its leaves in time order are the path, with the bricks and kernels
+whose own work (the time their chain of children does not cover) is on it too. Children timed on another clock
 than their parent (a host-timed kernel launch under a GPU-timed brick) are not on
 the parent's timeline: they are drawn in the tree but have no slack and are never
 on the path.
@@ -61,6 +62,11 @@ class Node:
     children: list[Node] = field(default_factory=list)
     slack_ns: int | None = None  # None: not on the parent's timeline (another clock)
     critical: bool = False
+    #: Time the node itself puts on the critical path: all of it for a leaf of the path;
+    #: for a brick or kernel whose children are on it, the part of it those children do
+    #: not cover (its own work: host code around its launches, untimed kernels); 0 for a
+    #: step or layer (what its children do not cover is a gap) and off the path.
+    path_ns: int = 0
     #: For a median tree: steps the node appeared in, steps it was critical in.
     seen: int = 1
     critical_in: int = 0
@@ -77,7 +83,7 @@ class StepGraph:
     step: int | None  # None: a trace without step scopes (the whole trace is one graph)
     rank: str
     root: Node
-    path: list[Node]  # the critical path's leaves, in time order
+    path: list[Node]  # the critical path's spans (leaves, and bricks' own work), in time order
     steps: int = 1  # for a median over steps: how many
 
     @property
@@ -87,7 +93,7 @@ class StepGraph:
     @property
     def path_ns(self) -> int:
         """Time the critical path's spans run: the step's length minus the gaps on the path."""
-        return sum(node.duration_ns for node in self.path)
+        return sum(node.path_ns for node in self.path)
 
     def nodes(self) -> list[Node]:
         """Every node, depth first, children in order."""
@@ -262,18 +268,36 @@ def _assign_slack(root: Node) -> None:
 
 
 def _mark_path(root: Node, path: list[Node]) -> None:
-    """Mark the critical chain under ``root`` and append its leaves to ``path`` in time order."""
+    """Mark the critical chain under ``root`` and append its spans to ``path`` in time order:
+    the leaves, and before its children a brick or kernel whose own work is on the path."""
     root.critical = True
     root.critical_in = 1
     kids = _timed_children(root)
     if not kids:
+        root.path_ns = root.duration_ns
         path.append(root)
         return
     # the child the parent waited for: last to end; ties: earliest start, then first in order
     last = max(kids, key=lambda k: (k.end, -k.start))
     lane = _lanes(kids)[last.lane]
-    for child in lane[: lane.index(last) + 1]:
+    chain = lane[: lane.index(last) + 1]
+    if root.kind in ("brick", "kernel"):
+        root.path_ns = max(root.duration_ns - _covered(chain, root.start, root.end), 0)
+        if root.path_ns:
+            path.append(root)
+    for child in chain:
         _mark_path(child, path)
+
+
+def _covered(nodes: Sequence[Node], start: int, end: int) -> int:
+    """Time of [start, end] that the nodes' intervals cover (overlaps counted once)."""
+    covered, reached = 0, start
+    for node in sorted(nodes, key=lambda n: n.start):
+        lo, hi = max(node.start, reached), min(node.end, end)
+        if hi > lo:
+            covered += hi - lo
+            reached = hi
+    return covered
 
 
 def critical_paths(
@@ -307,7 +331,7 @@ def median_graph(graphs: Sequence[StepGraph]) -> StepGraph:
     steps = len(graphs)
     root = _merge([g.root for g in graphs], steps)
     root.name = f"median of {steps} steps" if steps > 1 else graphs[0].root.name
-    path = [n for n in _walk(root) if n.critical and not any(c.critical for c in n.children)]
+    path = [n for n in _walk(root) if n.critical and (n.path_ns or not any(c.critical for c in n.children))]
     return StepGraph(graphs[0].step if steps == 1 else None, graphs[0].rank, root, path, steps)
 
 
@@ -334,6 +358,7 @@ def _merge(nodes: Sequence[Node], steps: int) -> Node:
     first = nodes[0]
     slacks = [n.slack_ns for n in nodes if n.slack_ns is not None]
     critical_in = sum(n.critical_in for n in nodes)
+    on_path = [n.path_ns for n in nodes if n.critical_in]
     merged = Node(
         kind=first.kind,
         name=first.name,
@@ -350,6 +375,7 @@ def _merge(nodes: Sequence[Node], steps: int) -> Node:
         layer=first.layer,
         slack_ns=_median(slacks) if slacks else None,
         critical=2 * critical_in > steps,
+        path_ns=_median(on_path) if 2 * critical_in > steps else 0,
         seen=len(nodes),
         critical_in=critical_in,
     )

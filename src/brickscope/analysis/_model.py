@@ -206,7 +206,7 @@ class StepCriticalPath:
     duration_ns: int
     path_ns: int  # time the path's spans run
     gaps_ns: int  # duration - path: the path waiting (launch gaps, untraced host work)
-    path: tuple[str, ...]  # the path's spans (leaves), in time order
+    path: tuple[str, ...]  # the path's spans (leaves, and bricks with own work on it), in time order
     slack: tuple[SlackEntry, ...]  # spans with slack >= 10% of the step, most first
 
 
