@@ -699,18 +699,25 @@ typedef struct {
     PyObject *name, *category, *elements, *stream, *index, *attributes;
     int kind1;      /* kind + 1; 0: not looked up yet */
     int host_only1; /* _host_only + 1; 0: not looked up yet */
+    int external1;  /* _external + 1; 0: not looked up yet */
 } ScopeObject;
+
+/* A class attribute of a C scope object as a flag (0/1), cached in *cache as value + 1. -1: error. */
+static int owner_flag(PyObject *owner, PyObject *attribute, int *cache) {
+    if (*cache > 0) return *cache - 1;
+    PyObject *value = PyObject_GetAttr(owner, attribute);
+    if (value == NULL) return -1;
+    int flag = PyObject_IsTrue(value);
+    Py_DECREF(value);
+    if (flag >= 0) *cache = flag + 1;
+    return flag;
+}
 
 /* The scope object's class attribute _host_only (cached on the C scope base). -1: error. */
 static int owner_host_only(PyObject *owner) {
-    int is_scope = PyObject_TypeCheck(owner, &ScopeBaseType);
-    if (is_scope && ((ScopeObject *)owner)->host_only1 > 0) return ((ScopeObject *)owner)->host_only1 - 1;
-    PyObject *value = PyObject_GetAttr(owner, s_host_only);
-    if (value == NULL) return -1;
-    int host_only = PyObject_IsTrue(value);
-    Py_DECREF(value);
-    if (host_only >= 0 && is_scope) ((ScopeObject *)owner)->host_only1 = host_only + 1;
-    return host_only;
+    int uncached = 0;
+    int *cache = PyObject_TypeCheck(owner, &ScopeBaseType) ? &((ScopeObject *)owner)->host_only1 : &uncached;
+    return owner_flag(owner, s_host_only, cache);
 }
 
 static long owner_kind(PyObject *owner) {
@@ -800,6 +807,223 @@ static int mark_end_fast(RecorderCore *self, RecordObject *rec) {
     Py_XSETREF(rec->gpu_error, name);
     return 1;
 }
+
+/* ---- FoldTable: trace._unsampled.UnsampledBricks.fold_closed in C ------------------ */
+
+/* The running sums of one (brick, category): plain C integers, so that a fold allocates
+ * nothing (the Python table replaces a tuple of three ints per brick). */
+typedef struct {
+    PyObject_HEAD
+    long long count, self_ns, elements;
+} FoldCellObject;
+
+static PyTypeObject FoldCellType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope._hotpath._FoldCell",
+    .tp_doc = "The sums of one (brick, category) of a FoldTable.",
+    .tp_basicsize = sizeof(FoldCellObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *cells;    /* name (category None) or (name, category) -> FoldCell */
+    PyObject *counts;   /* the pipeline's counters (self_time_clamped) */
+    PyObject *fallback; /* UnsampledBricks.fold_closed: every brick this does not handle */
+} FoldTableObject;
+
+static PyObject *s_external, *s_self_time_clamped;
+
+/* An exact int that fits a long long: 1 with *out set, 0 otherwise (never an error). */
+static int small_int(PyObject *value, long long *out) {
+    if (value == NULL || !PyLong_CheckExact(value)) return 0;
+    int overflow;
+    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (*out == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return !overflow;
+}
+
+/* fold_closed's common case: 1 folded, 0 left to the Python method (nothing changed), -1 error.
+ * Runs without calling Python code once the first change is made, so a resolver thread
+ * taking the sums (FoldTable.take, under the GIL as well) sees a brick whole or not at all. */
+static int fold_fast(FoldTableObject *table, RecordObject *rec) {
+    PyObject *owner = rec->owner;
+    if (owner == NULL || !PyObject_TypeCheck(owner, &ScopeBaseType)) return 0;
+    ScopeObject *scope = (ScopeObject *)owner;
+    int external = owner_flag(owner, s_external, &scope->external1);
+    if (external != 0) return external < 0 ? -1 : 0; /* record_gpu's bricks: timed by their GPU interval */
+    PyObject *name = scope->name, *category = scope->category;
+    long long elements, start, end, nested, duration;
+    if (name == NULL || !PyUnicode_CheckExact(name) || category == NULL ||
+        (category != Py_None && !PyUnicode_CheckExact(category)) || !small_int(scope->elements, &elements) ||
+        !small_int(rec->host_start, &start) || !small_int(rec->host_end, &end) || !small_int(rec->nested_ns, &nested) ||
+        __builtin_sub_overflow(end, start, &duration))
+        return 0;
+    /* the nearest enclosing brick on the scope stack gets this duration as nested time */
+    RecordObject *enclosing = NULL;
+    for (PyObject *link = rec->link; link != NULL && link != Py_None; link = ((RecordObject *)link)->link) {
+        if (!Record_Check(link)) return 0;
+        long kind = owner_kind(((RecordObject *)link)->owner);
+        if (kind < 0) return -1;
+        if (kind == KIND_BRICK) {
+            enclosing = (RecordObject *)link;
+            break;
+        }
+    }
+    long long outer_nested = 0, self_ns;
+    if (enclosing != NULL && (!small_int(enclosing->nested_ns, &outer_nested) ||
+                              __builtin_add_overflow(outer_nested, duration, &outer_nested)))
+        return 0;
+    if (__builtin_sub_overflow(duration, nested, &self_ns)) return 0;
+    int clamped = self_ns < 0; /* nested bricks overlapped on several streams */
+    if (clamped) self_ns = 0;
+    PyObject *key = category == Py_None ? name : PyTuple_Pack(2, name, category);
+    if (key == NULL) return -1;
+    if (key == name) Py_INCREF(key);
+    PyObject *cell = PyDict_GetItemWithError(table->cells, key);
+    if (cell == NULL) {
+        if (PyErr_Occurred() || (cell = (PyObject *)PyObject_New(FoldCellObject, &FoldCellType)) == NULL) {
+            Py_DECREF(key);
+            return -1;
+        }
+        ((FoldCellObject *)cell)->count = ((FoldCellObject *)cell)->self_ns = ((FoldCellObject *)cell)->elements = 0;
+        int rc = PyDict_SetItem(table->cells, key, cell);
+        Py_DECREF(cell); /* the table holds it */
+        if (rc < 0) {
+            Py_DECREF(key);
+            return -1;
+        }
+    }
+    Py_DECREF(key);
+    FoldCellObject *sums = (FoldCellObject *)cell;
+    long long count, total, elems;
+    if (__builtin_add_overflow(sums->count, 1, &count) || __builtin_add_overflow(sums->self_ns, self_ns, &total) ||
+        __builtin_add_overflow(sums->elements, elements, &elems))
+        return 0; /* the Python table takes the rest, in Python ints */
+    PyObject *new_nested = NULL;
+    if (enclosing != NULL && (new_nested = PyLong_FromLongLong(outer_nested)) == NULL) return -1;
+    if (clamped && counts_add(table->counts, s_self_time_clamped) < 0) {
+        Py_XDECREF(new_nested);
+        return -1;
+    }
+    if (new_nested != NULL) Py_XSETREF(enclosing->nested_ns, new_nested);
+    sums->count = count;
+    sums->self_ns = total;
+    sums->elements = elems;
+    return 1;
+}
+
+static int fold_table_fold(FoldTableObject *table, PyObject *rec) {
+    int done = Record_Check(rec) ? fold_fast(table, (RecordObject *)rec) : 0;
+    if (done != 0) return done < 0 ? -1 : 0;
+    PyObject *res = PyObject_CallOneArg(table->fallback, rec);
+    if (res == NULL) return -1;
+    Py_DECREF(res);
+    return 0;
+}
+
+static PyObject *fold_table_call(FoldTableObject *self, PyObject *args, PyObject *kwargs) {
+    PyObject *rec;
+    if (!PyArg_ParseTuple(args, "O:FoldTable", &rec)) return NULL;
+    if (fold_table_fold(self, rec) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *fold_table_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *counts, *fallback;
+    if (!PyArg_ParseTuple(args, "O!O:FoldTable", &PyDict_Type, &counts, &fallback)) return NULL;
+    FoldTableObject *self = (FoldTableObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    if ((self->cells = PyDict_New()) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(counts);
+    self->counts = counts;
+    Py_INCREF(fallback);
+    self->fallback = fallback;
+    return (PyObject *)self;
+}
+
+/* {(name, category): (count, self ns, elements)} folded since the last take, each cell read
+ * and zeroed in one step (no allocation between: a fold from another thread cannot fall in
+ * between); the cells stay, for the next folds. */
+static PyObject *fold_table_take(FoldTableObject *self, PyObject *unused) {
+    PyObject *items = PyDict_Items(self->cells), *out = PyDict_New();
+    if (items == NULL || out == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *key = PyTuple_GET_ITEM(PyList_GET_ITEM(items, i), 0);
+        FoldCellObject *cell = (FoldCellObject *)PyTuple_GET_ITEM(PyList_GET_ITEM(items, i), 1);
+        long long count = cell->count, total = cell->self_ns, elems = cell->elements;
+        cell->count = cell->self_ns = cell->elements = 0;
+        if (count == 0) continue;
+        PyObject *label = PyUnicode_CheckExact(key) ? PyTuple_Pack(2, key, Py_None) : (Py_INCREF(key), key);
+        PyObject *value = label == NULL ? NULL : Py_BuildValue("(LLL)", count, total, elems);
+        int rc = value == NULL ? -1 : PyDict_SetItem(out, label, value);
+        Py_XDECREF(label);
+        Py_XDECREF(value);
+        if (rc < 0) { /* put them back for the next take */
+            cell->count += count;
+            cell->self_ns += total;
+            cell->elements += elems;
+            goto fail;
+        }
+    }
+    Py_DECREF(items);
+    return out;
+fail:
+    Py_XDECREF(items);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+static PyObject *fold_table_clear_method(FoldTableObject *self, PyObject *unused) {
+    PyDict_Clear(self->cells);
+    Py_RETURN_NONE;
+}
+
+static int fold_table_traverse(FoldTableObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->cells);
+    Py_VISIT(self->counts);
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int fold_table_clear(FoldTableObject *self) {
+    Py_CLEAR(self->cells);
+    Py_CLEAR(self->counts);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void fold_table_dealloc(FoldTableObject *self) {
+    PyObject_GC_UnTrack(self);
+    fold_table_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef fold_table_methods[] = {
+    {"take", (PyCFunction)fold_table_take, METH_NOARGS,
+     "take(): {(name, category): (count, self ns, elements)} folded since the last take (category None: "
+     "the catalog's)."},
+    {"clear", (PyCFunction)fold_table_clear_method, METH_NOARGS, "Forget every sum (a forked child)."},
+    {NULL}};
+
+static PyTypeObject FoldTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope._hotpath.FoldTable",
+    .tp_doc = "FoldTable(counts, fallback): table(rec) folds an unsampled host-timed brick that just ended into "
+              "per-(brick, category) sums (UnsampledBricks.fold_closed in C; anything unusual goes to fallback).",
+    .tp_basicsize = sizeof(FoldTableObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = fold_table_new,
+    .tp_call = (ternaryfunc)fold_table_call,
+    .tp_dealloc = (destructor)fold_table_dealloc,
+    .tp_traverse = (traverseproc)fold_table_traverse,
+    .tp_clear = (inquiry)fold_table_clear,
+    .tp_methods = fold_table_methods,
+};
 
 /* Recorder.open(owner, opener): mirrors _recorder._PyRecording.open. New reference. */
 static PyObject *rc_open(RecorderCore *self, PyObject *owner, PyObject *opener) {
@@ -999,10 +1223,14 @@ static int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error) {
         if (aggregate < 0) return -1;
         if (!aggregate) return 0;
         if (kind == KIND_BRICK) { /* host clock: folded now, never pending */
-            PyObject *res = PyObject_CallOneArg(self->fold_closed != Py_None ? self->fold_closed : self->pending_append,
-                                                (PyObject *)rec);
-            if (res == NULL) return -1;
-            Py_DECREF(res);
+            if (Py_TYPE(self->fold_closed) == &FoldTableType) {
+                if (fold_table_fold((FoldTableObject *)self->fold_closed, (PyObject *)rec) < 0) return -1;
+            } else {
+                PyObject *res = PyObject_CallOneArg(
+                    self->fold_closed != Py_None ? self->fold_closed : self->pending_append, (PyObject *)rec);
+                if (res == NULL) return -1;
+                Py_DECREF(res);
+            }
         }
     }
     PyObject *action = PyTuple_Check(self->close_actions) && PyTuple_GET_SIZE(self->close_actions) > kind
@@ -1655,6 +1883,8 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     INTERN(s_record_failed, "_record_failed")
     INTERN(s_marker, "_marker")
     INTERN(s_host_only, "_host_only")
+    INTERN(s_external, "_external")
+    INTERN(s_self_time_clamped, "self_time_clamped")
     INTERN(s_mark_failed, "mark_failed")
     INTERN(s_stream, "stream")
     INTERN(s_anchor, "anchor")
@@ -1668,13 +1898,15 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     INTERN(s_host_ns_field, "host_ns")
 #undef INTERN
     if ((g_zero = PyLong_FromLong(0)) == NULL || (g_minus_one = PyLong_FromLong(-1)) == NULL) return NULL;
-    PyTypeObject *types[] = {&RecordType, &RecorderCoreType, &ScopeBaseType, &EntryType, &FactoryType, &MarkerType};
-    const char *names[] = {"Record", "RecorderCore", "ScopeBase", "Entry", "FactoryState", "CudaMarker"};
-    for (int i = 0; i < 6; i++)
+    PyTypeObject *types[] = {&RecordType, &RecorderCoreType, &ScopeBaseType, &EntryType,
+                             &FactoryType, &MarkerType, &FoldTableType};
+    const char *names[] = {"Record", "RecorderCore", "ScopeBase", "Entry", "FactoryState", "CudaMarker", "FoldTable"};
+    if (PyType_Ready(&FoldCellType) < 0) return NULL;
+    for (int i = 0; i < 7; i++)
         if (PyType_Ready(types[i]) < 0) return NULL;
     PyObject *module = PyModule_Create(&hotpath_module);
     if (module == NULL) return NULL;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         Py_INCREF(types[i]);
         if (PyModule_AddObject(module, names[i], (PyObject *)types[i]) < 0) {
             Py_DECREF(types[i]);

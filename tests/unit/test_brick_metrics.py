@@ -118,6 +118,36 @@ class TestExactCounters:
             assert (count, elements) == (4 * 500, 500 * (1 + 2 + 3 + 4))
             assert captured.session.sync_processor.unsampled._tables == []  # noqa: SLF001
 
+    @pytest.mark.parametrize("fold", ["at_close", "python_reference"])
+    def test_unusual_bricks_fold_exactly(self, clock, fold):
+        """Bricks folded where they end, by what the recorder calls (the C table where the
+        accelerator is built) and by the Python reference: a record_gpu brick is timed by its
+        GPU interval (50 ns), longer than its enclosing brick (10 ns), whose self time is
+        clamped to 0 and counted; elements past 64 bits add up exactly, also with a small
+        count of the same brick; figures by hand."""
+        reader = InMemoryMetricReader()
+        with capture_spans(TracerProvider(sampler=ALWAYS_OFF), meter_provider=MeterProvider(metric_readers=[reader])) as captured:
+            processor = captured.session.sync_processor
+            if fold == "python_reference":
+                processor.recorder.fold_closed = processor.unsampled.fold_closed
+            with bs.step(0), bs.layer(0):
+                with bs.brick("outer", category="custom", elements=2):
+                    clock.now += 10
+                    bs.record_gpu("gpu_work", 5_000, 5_050, category="custom", elements=3)
+                with bs.brick("wide", category="custom", elements=1 << 70):
+                    clock.now += 20
+                with bs.brick("wide", category="custom", elements=1):
+                    clock.now += 30
+            captured.session.sync()
+            stats = captured.session.stats()
+        assert counters(reader) == {
+            ("outer", "custom"): (1, 0.0, 2),
+            ("gpu_work", "custom"): (1, pytest.approx(50e-9), 3),
+            ("wide", "custom"): (2, pytest.approx(50e-9), (1 << 70) + 1),
+        }
+        assert stats["self_time_clamped"] == 1
+        assert stats["scopes_unsampled"] == 6  # step, layer, 4 bricks
+
     def test_step_ends_hand_sums_over_at_most_every_max_delay_and_sync_always(self, clock):
         """A step end with nothing pending hands the unsampled sums over only once per
         max_delay_millis (here: never again); sync() and flush always do."""

@@ -139,7 +139,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         #: Unsampled bricks' sums between resolution batches (see ``_unsampled``).
         self.unsampled = UnsampledBricks(self.counters.values, keep_values=unsampled_values)
         if timer is None or sync_mode == "none":  # nothing to wait for: fold where they end
-            self.recorder.fold_closed = self.unsampled.fold_closed
+            self.recorder.fold_closed = self.unsampled.on_close
         self._resolver = Resolver(
             self.recorder,
             SpanBuilder(tracer_provider, self.recorder, self.counters),

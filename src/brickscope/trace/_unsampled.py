@@ -27,7 +27,7 @@ from collections import deque
 from typing import Any
 
 from brickscope import _catalog
-from brickscope._record import KIND_BRICK, Record
+from brickscope._record import KIND_BRICK, Record, hotpath
 
 _ZERO = (0, 0, 0)
 #: (brick name, category as recorded: None for the catalog's) -> (count, self ns, elements)
@@ -43,6 +43,12 @@ class UnsampledBricks:
     looked; a table whose thread has ended goes once it is handed over. The resolver's
     own folds (:meth:`fold`) go to a table under a lock.
 
+    With the C accelerator (and no values kept) :attr:`on_close` is a
+    ``brickscope._hotpath.FoldTable``: the same fold in C into one table of C integers,
+    each brick folded under the GIL without calling Python code, so it needs neither a
+    lock nor a table per thread; anything it does not handle (a ``record_gpu`` brick,
+    sums past 64 bits) goes to :meth:`fold_closed`.
+
     Args:
         counts: the pipeline's counters (``self_time_clamped``).
         keep_values: also keep each brick's self time, for a histogram of every brick.
@@ -57,6 +63,10 @@ class UnsampledBricks:
         self._local = threading.local()
         self._tables: list[tuple[threading.Thread, RawSums]] = []
         self._handed: dict[int, RawSums] = {}  # id(table) -> what take() handed over of it
+        self._table = None if hotpath is None or keep_values else hotpath.FoldTable(counts, self.fold_closed)
+        #: What ``Recorder.close`` calls with a host-timed unsampled brick that just ended:
+        #: the C table when there is one, else :meth:`fold_closed`.
+        self.on_close = self.fold_closed if self._table is None else self._table
 
     def fold_closed(self, rec: Record) -> None:
         """A host-timed unsampled brick that just ended, on the thread that ended it.
@@ -106,6 +116,10 @@ class UnsampledBricks:
         with self._lock:
             raw, self._sums = self._sums, {}
             tables = list(self._tables)
+        if self._table is not None:
+            for key, (count, total, elems) in self._table.take().items():
+                c, t, e = raw.get(key, _ZERO)
+                raw[key] = (c + count, t + total, e + elems)
         for thread, table in tables:
             ended = not thread.is_alive()  # read first: an ended thread writes no more
             handed = self._handed.setdefault(id(table), {})
@@ -139,6 +153,8 @@ class UnsampledBricks:
         self._values = deque()
         self._local = threading.local()
         self._tables, self._handed = [], {}
+        if self._table is not None:
+            self._table.clear()
 
 
 def _label(labels: dict[tuple[str, Any], tuple[str, str]], name: str, category: Any) -> tuple[str, str]:
