@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The optional C accelerator of the scope hot path (everything else is in pyproject.toml).
+"""The optional C accelerators of the scope hot path and of the analysis table's rows
+(everything else is in pyproject.toml).
 
 ``optional=True``: a machine without a C compiler (or Python headers) still installs
 brickscope, and the pure-Python implementation runs; ``brickscope._native`` says which
@@ -14,6 +15,11 @@ setup(
             "brickscope._hotpath",
             sources=["src/brickscope/_hotpath.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "brickscope._tablerows",
+            sources=["src/brickscope/_tablerows.c"],
+            optional=True,
+        ),
     ]
 )

@@ -29,8 +29,10 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
+from brickscope import _native
 from brickscope.trace import attributes as A
 
 #: Scope kinds, by code: the ``kind`` column.
@@ -320,19 +322,29 @@ class TableBuilder:
 
     def add_records(self, records: Any) -> None:
         """Add every span of an iterable of :data:`brickscope.offline.SpanRecord` tuples
-        (what :func:`brickscope.offline.open_records` yields: no ``ReadableSpan`` needed)."""
-        keys = _KEYS
-        for name, start, end, span_id, parent_id, resource, attributes in records:
-            raw = (name, start, end, span_id, parent_id, resource, *map(attributes.get, keys))
-            if self.max_rows is not None and self.rows >= self.max_rows:
-                with self._lock:
-                    self.dropped += 1
-                continue
+        (what :func:`brickscope.offline.open_records` yields: no ``ReadableSpan`` needed).
+
+        A batch of :data:`_BATCH_ROWS` records at a time becomes rows under one acquisition
+        of the lock (after the spans :meth:`add` left pending, so rows keep their order).
+        """
+        iterator = iter(records)
+        while batch := list(islice(iterator, _BATCH_ROWS)):
             with self._lock:
-                self.rows += 1
-                self._pending.append(raw)
-                if len(self._pending) >= _BATCH_ROWS:
+                if self.max_rows is not None:
+                    room = max(self.max_rows - self.rows, 0)
+                    if len(batch) > room:  # full: the rest are only counted
+                        self.dropped += len(batch) - room
+                        del batch[room:]
+                if batch:
                     self._flush()
+                    if _fast is not None:
+                        self._store_buffers(_fast.records(self, batch))
+                    else:
+                        self._store([
+                            self._row((name, start, end, span_id, parent_id, resource, *map(attributes.get, _KEYS)))
+                            for name, start, end, span_id, parent_id, resource, attributes in batch
+                        ])  # fmt: skip
+                    self.rows += len(batch)
 
     def build(self, *, release: bool = False, backend: Any = None) -> Table:
         """The table of every span added so far.
@@ -376,9 +388,18 @@ class TableBuilder:
             )
 
     def _flush(self) -> None:
+        """Make the rows of the spans :meth:`add` left pending."""
         if not self._pending:
             return
-        rows = [self._row(raw) for raw in self._pending]
+        if _fast is not None:
+            self._store_buffers(_fast.raws(self, self._pending))
+        else:
+            self._store([self._row(raw) for raw in self._pending])
+        self._pending = []
+
+    def _store(self, rows: list[tuple[Any, ...]]) -> None:
+        """Append rows (tuples in COLUMNS order) to the columns, cleaning a batch whose
+        values do not fit their column."""
         for index, (column, values) in enumerate(zip(self._columns, zip(*rows))):
             before = len(column)
             try:
@@ -386,7 +407,11 @@ class TableBuilder:
             except (TypeError, OverflowError):  # a value of the wrong type: cleaned, not fatal
                 del column[before:]  # extend keeps what it took before the bad value
                 column.extend(_clean(values, column.typecode, _DEFAULTS[index]))
-        self._pending = []
+
+    def _store_buffers(self, buffers: tuple[bytes, ...]) -> None:
+        """Append the C accelerator's rows: one buffer of native values per column."""
+        for column, buffer in zip(self._columns, buffers):
+            column.frombytes(buffer)
 
     def _row(self, raw: tuple[Any, ...]) -> tuple[Any, ...]:
         """One span's raw values (see :meth:`add`) as a tuple in COLUMNS order.
@@ -522,6 +547,12 @@ class TableBuilder:
 _DEFAULTS = tuple(-1 if name in ("category", "device", "stream", "step", "layer", "launch") else 0 for name in COLUMNS)
 
 
+def _clean_one(value: Any, index: int) -> Any:
+    """One value made to fit column ``index`` as :func:`_clean` makes it (the C accelerator's
+    way to store what does not fit)."""
+    return _clean((value,), _TYPECODES[tuple(COLUMNS.values())[index]], _DEFAULTS[index])[0]
+
+
 def _clean(values: tuple[Any, ...], typecode: str, default: Any) -> list[Any]:
     """A batch of one column's values, each made to fit (an int, a float) or the default."""
     limit = (1 << 64) if typecode == "Q" else (1 << 63)
@@ -540,7 +571,7 @@ def _int(value: Any, default: int) -> int:
         return default
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
         return default
 
 
@@ -551,7 +582,7 @@ def _hash(value: Any) -> int:
         return 0
     try:
         number = int(value, 16) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return 0
     return number if 0 <= number < 1 << 64 else 0
 
@@ -580,7 +611,7 @@ def _dims(value: Any) -> tuple[int, ...] | None:
         value = value.strip("[]() ").split(",")
     try:
         return tuple(int(v) for v in value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
@@ -604,7 +635,7 @@ def _output_bytes(shape: Any, dtype: Any) -> int:
         count = 1
         for extent in shape:
             count *= int(extent)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return 0
     return count * size
 
@@ -619,3 +650,12 @@ def _names(value: Any) -> tuple[str, ...]:
             return tuple(part.strip() for part in text[1:-1].split(",") if part.strip())
         return (text,)
     return tuple(str(v) for v in value)
+
+
+#: The C row maker (``brickscope._tablerows``), or None: :meth:`TableBuilder._row` and
+#: :meth:`TableBuilder._store` make every row (the reference; see ``brickscope._native``).
+_fast = _native.load("brickscope._tablerows")
+if _fast is not None:
+    _fast.setup(
+        _KEYS, _KIND_CODES, A.CLOCK_CUDA, A.CLOCK_GPU, "".join(_TYPECODES[d] for d in COLUMNS.values()), _hash, _clean_one
+    )
