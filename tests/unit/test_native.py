@@ -58,8 +58,9 @@ def test_the_accelerator_gives_the_spans_of_the_reference():
     if importlib.util.find_spec("brickscope._hotpath") is None and not _native.REQUIRE_NATIVE:
         pytest.skip("brickscope._hotpath is not built here (no C compiler?): nothing to compare")
     python, native = _run_program(pure=True), _run_program(pure=False)
-    assert python.pop("implementation") == {"brickscope._hotpath": "python"}
-    assert native.pop("implementation") == {"brickscope._hotpath": "c"}
+    # (the session's report table loads brickscope._tablerows too: same switch)
+    assert python.pop("implementation") == {"brickscope._hotpath": "python", "brickscope._tablerows": "python"}
+    assert native.pop("implementation") == {"brickscope._hotpath": "c", "brickscope._tablerows": "c"}
     # The program exercised what it is meant to: figures counted by hand from it.
     stats = python["stats"]
     assert stats["scope_repairs"] == 4  # the outer token ended under two open scopes, once per step
