@@ -1633,11 +1633,65 @@ typedef struct {
     PyObject_HEAD
     PyObject *cache;  /* key -> shared scope object */
     PyObject *slow;   /* the Python factory: every other form, and cache misses */
+    PyTypeObject *cls; /* brick: _scope.Brick, built here for brick(name, category, elements); or NULL */
     int exact_int;    /* keys are ints: only an exact int hits the cache (not True) */
     int stream_key;   /* brick: name=..., stream=s is cached under (name, s) */
+    int kind1, host_only1, external1; /* cls's class attributes, as ScopeObject caches them */
 } FactoryObject;
 
+static PyObject *s_category, *s_elements;
+
+/* A non-empty exact str. */
+static int is_name(PyObject *value) { return PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) > 0; }
+
+/* brick(name, category, elements) with a category or elements, no stream and no attributes:
+ * the Brick built here as Brick.__init__ would (valid arguments only). NULL without an
+ * error set: not this form, or an argument the Python factory must judge. */
+static PyObject *factory_build_brick(FactoryObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (self->cls == NULL || nargs < 1 || nargs > 3 || nargs + nkw < 2) return NULL;
+    PyObject *category = nargs > 1 ? args[1] : NULL, *elements = nargs > 2 ? args[2] : NULL;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *kw = PyTuple_GET_ITEM(kwnames, i);
+        if (kw == s_category && category == NULL) { /* interned: the compiler's keyword names */
+            category = args[nargs + i];
+        } else if (kw == s_elements && elements == NULL) {
+            elements = args[nargs + i];
+        } else {
+            return NULL;
+        }
+    }
+    if (category == NULL) category = Py_None;
+    if (elements == NULL) elements = g_zero;
+    int overflow;
+    if (!is_name(args[0]) || (category != Py_None && !is_name(category)) || !PyLong_CheckExact(elements) ||
+        (PyLong_AsLongLongAndOverflow(elements, &overflow) < 0 && !overflow) || overflow < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (category == Py_None && elements == g_zero) return NULL; /* the shared form: the cache */
+    if (category == Py_None && PyObject_RichCompareBool(elements, g_zero, Py_EQ) == 1) return NULL;
+    ScopeObject *scope = (ScopeObject *)self->cls->tp_alloc(self->cls, 0);
+    if (scope == NULL) return NULL;
+    Py_INCREF(args[0]);
+    scope->name = args[0];
+    Py_INCREF(category);
+    scope->category = category;
+    Py_INCREF(elements);
+    scope->elements = elements;
+    Py_INCREF(Py_None);
+    scope->stream = Py_None;
+    Py_INCREF(Py_None);
+    scope->attributes = Py_None;
+    scope->kind1 = self->kind1;
+    scope->host_only1 = self->host_only1;
+    scope->external1 = self->external1;
+    return (PyObject *)scope;
+}
+
 static PyObject *factory_call(FactoryObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *built = factory_build_brick(self, args, nargs, kwnames);
+    if (built != NULL || PyErr_Occurred()) return built;
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     PyObject *key = NULL; /* brick(name, stream=s): (name, s) */
     if (nargs == 1 && nkw == 1 && self->stream_key &&
@@ -1673,12 +1727,14 @@ static PyObject *factory_call(FactoryObject *self, PyObject *const *args, Py_ssi
 static int factory_traverse(FactoryObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->cache);
     Py_VISIT(self->slow);
+    Py_VISIT(self->cls);
     return 0;
 }
 
 static int factory_clear(FactoryObject *self) {
     Py_CLEAR(self->cache);
     Py_CLEAR(self->slow);
+    Py_CLEAR(self->cls);
     return 0;
 }
 
@@ -1711,16 +1767,44 @@ static PyMethodDef factory_defs[] = {
     FACTORY_DEF("step", "step(number, **attributes)", "A step scope; its end is a sync point (see brickscope.Step)."),
     {NULL}};
 
+/* The class attribute `attribute` of cls as a flag, + 1 (ScopeObject's caches); 0 on error. */
+static int class_flag1(PyTypeObject *cls, PyObject *attribute) {
+    PyObject *value = PyObject_GetAttr((PyObject *)cls, attribute);
+    int flag = value == NULL ? -1 : PyObject_IsTrue(value);
+    Py_XDECREF(value);
+    return flag + 1;
+}
+
 static PyObject *make_factory(PyObject *module, PyObject *args) {
     const char *name;
     PyObject *cache, *slow;
+    PyTypeObject *cls = NULL;
     int exact_int;
-    if (!PyArg_ParseTuple(args, "sO!Op", &name, &PyDict_Type, &cache, &slow, &exact_int)) return NULL;
+    if (!PyArg_ParseTuple(args, "sO!Op|O!", &name, &PyDict_Type, &cache, &slow, &exact_int, &PyType_Type, &cls))
+        return NULL;
     PyMethodDef *def = factory_defs;
     while (def->ml_name != NULL && strcmp(def->ml_name, name) != 0) def++;
     if (def->ml_name == NULL) {
         PyErr_Format(PyExc_ValueError, "no scope factory named %s", name);
         return NULL;
+    }
+    int kind1 = 0, host_only1 = 0, external1 = 0;
+    if (cls != NULL) { /* built here: a subclass of ScopeBase adding no field, no __dict__, no __init__ of its own use */
+        if (strcmp(name, "brick") != 0 || !PyType_IsSubtype(cls, &ScopeBaseType) ||
+            cls->tp_basicsize != ScopeBaseType.tp_basicsize || cls->tp_dictoffset != 0) {
+            PyErr_SetString(PyExc_TypeError, "factory: cls must be a brick class with the fields of ScopeBase only");
+            return NULL;
+        }
+        PyObject *kind = PyObject_GetAttr((PyObject *)cls, s_kind);
+        kind1 = kind == NULL ? 0 : (int)PyLong_AsLong(kind) + 1;
+        Py_XDECREF(kind);
+        host_only1 = class_flag1(cls, s_host_only);
+        external1 = class_flag1(cls, s_external);
+        if (PyErr_Occurred()) return NULL;
+        if (kind1 != KIND_BRICK + 1) {
+            PyErr_SetString(PyExc_TypeError, "factory: cls must be a brick class");
+            return NULL;
+        }
     }
     FactoryObject *state = PyObject_GC_New(FactoryObject, &FactoryType);
     if (state == NULL) return NULL;
@@ -1728,6 +1812,11 @@ static PyObject *make_factory(PyObject *module, PyObject *args) {
     state->cache = cache;
     Py_INCREF(slow);
     state->slow = slow;
+    Py_XINCREF(cls);
+    state->cls = cls;
+    state->kind1 = kind1;
+    state->host_only1 = host_only1;
+    state->external1 = external1;
     state->exact_int = exact_int;
     state->stream_key = strcmp(name, "brick") == 0;
     PyObject_GC_Track(state);
@@ -1884,6 +1973,8 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     INTERN(s_marker, "_marker")
     INTERN(s_host_only, "_host_only")
     INTERN(s_external, "_external")
+    INTERN(s_category, "category")
+    INTERN(s_elements, "elements")
     INTERN(s_self_time_clamped, "self_time_clamped")
     INTERN(s_mark_failed, "mark_failed")
     INTERN(s_stream, "stream")

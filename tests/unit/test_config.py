@@ -26,6 +26,13 @@ class TestBadInput:
             (lambda: bs.brick("rms_norm", elements=-1), ValueError, "elements must be >= 0"),
             (lambda: bs.brick("rms_norm", elements=1.5), TypeError, "elements must be an int"),
             (lambda: bs.brick("rms_norm", category=3), TypeError, "category must be a str"),
+            # the forms the C factory builds itself hand anything invalid to the Python checks
+            (lambda: bs.brick("rms_norm", "norm", -2), ValueError, "elements must be >= 0"),
+            (lambda: bs.brick("rms_norm", elements=-(1 << 70)), ValueError, "elements must be >= 0"),
+            (lambda: bs.brick("rms_norm", elements=True), TypeError, "elements must be an int"),
+            (lambda: bs.brick("rms_norm", category="", elements=4), ValueError, "must not be empty"),
+            (lambda: bs.brick("", elements=4), ValueError, "must not be empty"),
+            (lambda: bs.brick(b"rms_norm", category="norm"), TypeError, "name must be a str"),
             (lambda: bs.kernel(None), TypeError, "name must be a str"),
             (lambda: bs.kernel("k", grid=(0, 1)), ValueError, "grid must be 1 to 3 positive ints"),
             (lambda: bs.kernel("k", block=(1, 2, 3, 4)), ValueError, "block must be 1 to 3"),

@@ -12,6 +12,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 import brickscope as bs
+from brickscope._scope import Brick
 from brickscope.testing import capture_spans
 from brickscope.trace import attributes as A
 
@@ -305,3 +306,32 @@ class TestWithBlocksMatchTheirOwnRecord:
         assert spans["attention_score"].attributes[A.HOST_DURATION_NS] == 3_000
         assert spans["all_reduce"].attributes[A.HOST_DURATION_NS] == 6_000
         assert spans["all_reduce"].parent.span_id == spans["attention_score"].context.span_id
+
+
+class TestFactoryForms:
+    @pytest.mark.parametrize(
+        ("make", "fields"),
+        [
+            (lambda: bs.brick("rms_norm", elements=4096), ("rms_norm", None, 4096)),
+            (lambda: bs.brick("rms_norm", "norm"), ("rms_norm", "norm", 0)),
+            (lambda: bs.brick("ffn_up", "ffn", 7), ("ffn_up", "ffn", 7)),
+            (lambda: bs.brick("ffn_up", category="ffn", elements=1 << 70), ("ffn_up", "ffn", 1 << 70)),
+            (lambda: bs.brick("ffn_up", elements=3, category="ffn"), ("ffn_up", "ffn", 3)),
+        ],
+    )
+    def test_a_brick_with_category_or_elements_is_a_brick_of_its_own(self, clock, make, fields):
+        """brick(name, category, elements) (built in C where the accelerator is) is a new Brick
+        with exactly those fields, on and off, and its span carries them."""
+        off = make()
+        with capture_spans() as captured:
+            on, again = make(), make()
+            with on:
+                clock.now += 5
+        assert type(off) is type(on) is Brick and on is not again
+        for scope in (off, on):
+            assert (scope._name, scope._category, scope._elements, scope._stream, scope._attributes) == (*fields, None, None)
+        (span,) = captured.spans
+        assert span.name == fields[0]
+        assert span.end_time - span.start_time == 5
+        assert span.attributes.get(A.BRICK_ELEMENTS, 0) == fields[2]
+        assert span.attributes[A.BRICK_CATEGORY] == fields[1] or fields[1] is None
