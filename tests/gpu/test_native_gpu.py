@@ -32,8 +32,9 @@ def test_cuda_spans_are_the_same_under_both_implementations(simdriver_env: dict[
     if importlib.util.find_spec("brickscope._hotpath") is None and not _native.REQUIRE_NATIVE:
         pytest.skip("brickscope._hotpath is not built here (no C compiler?): nothing to compare")
     python, native = run(simdriver_env, pure=True), run(simdriver_env, pure=False)
-    assert python.pop("implementation") == {"brickscope._hotpath": "python"}
-    assert native.pop("implementation") == {"brickscope._hotpath": "c"}
+    # (the session's report table loads brickscope._tablerows too: same switch)
+    assert python.pop("implementation") == {"brickscope._hotpath": "python", "brickscope._tablerows": "python"}
+    assert native.pop("implementation") == {"brickscope._hotpath": "c", "brickscope._tablerows": "c"}
     # What the program is meant to exercise, counted by hand: steps 0 and 2 traced, 9 spans
     # each; the failing record in each of the 3 steps; step 1's 9 scopes untraced.
     stats = python["stats"]
