@@ -40,7 +40,9 @@ def fast():
         if _native.REQUIRE_NATIVE:
             pytest.fail(f"{NAME} is not built")
         pytest.skip(f"{NAME} is not built here (no C compiler?): nothing to compare")
-    return importlib.import_module(NAME)
+    module = importlib.import_module(NAME)
+    _reader.configure_accelerator(module)
+    return module
 
 
 def _typed(decoded):
@@ -210,6 +212,20 @@ def test_what_it_does_not_read_goes_back_to_the_python_code(fast):
         assert fast.annotations(packet.SerializeToString(), None, None, lookup, {}, _CACHE_ENTRIES, META) is None
         got = _annotations.decode_event_annotations(packet.track_event, packet.SerializeToString(), {}, lookup, {})
         assert got == _decode_messages(packet.track_event.debug_annotations, lookup)
+
+
+def test_name_and_name_iid_are_a_oneof_the_last_one_wins(fast):
+    """Raw bytes can hold both (a damaged file did): protobuf keeps the last, so does the C."""
+    names = {"names": {5: "interned"}}
+    name_then_iid = b"\x52\x06inline" + b"\x08\x05" + b"\x20\x01"  # name, name_iid, int_value
+    iid_then_name = b"\x08\x05" + b"\x52\x06inline" + b"\x20\x01"
+    for raw, key in ((name_then_iid, "interned"), (iid_then_name, "inline")):
+        annotation = pb.DebugAnnotation.FromString(raw)
+        event = b"\x22" + bytes([len(raw)]) + raw  # TrackEvent.debug_annotations, in this byte order
+        data = b"\x5a" + bytes([len(event)]) + event  # TracePacket.track_event
+        got = fast.annotations(data, names["names"], None, _lookup(names), {}, _CACHE_ENTRIES, META)
+        assert got == ({key: 1}, {}) == _decode_messages([annotation], _lookup(names))
+        assert _annotations._parse(raw, 0, len(raw))[:2] == ((5, None) if key == "interned" else (None, "inline"))
 
 
 def test_an_undefined_interned_id_raises_the_reference_error(fast):

@@ -210,12 +210,13 @@ def _parse(data: bytes, start: int, end: int) -> tuple[Any, Any, int, Any, list[
     while position < end:
         tag = data[position]
         position += 1
-        if tag == 0x08:  # name_iid
+        if tag == 0x08:  # name_iid (a oneof with name: the last one wins)
             iid = data[position]
             if iid < 0x80:  # one-byte varints (most ids) inline
                 position += 1
             else:
                 iid, position = _varint(data, position)
+            name = None
         elif tag == 0x20:  # int_value (int64, two's complement)
             value, position = _varint(data, position)
             if value >= _INT64_SIGN:
@@ -250,6 +251,7 @@ def _parse(data: bytes, start: int, end: int) -> tuple[Any, Any, int, Any, list[
                     raise _Unusual from None
                 if tag == 0x52:
                     name = text
+                    iid = None
                 else:
                     value, number = text, 6
             position = stop

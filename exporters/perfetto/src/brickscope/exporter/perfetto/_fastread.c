@@ -17,6 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
+#include <structmember.h>
 
 typedef struct {
     const unsigned char *data;
@@ -76,8 +77,9 @@ static int parse(const unsigned char *data, Py_ssize_t start, Py_ssize_t end, Fi
         unsigned long long v;
         if (tag == 0x08) { /* name_iid */
             if (read_varint(data, end, &pos, &v)) return UNUSUAL;
-            f->has_iid = 1;
+            f->has_iid = 1; /* name_iid and name are a oneof: the last one wins */
             f->iid = v;
+            Py_CLEAR(f->name);
         } else if (tag == 0x20 || tag == 0x18 || tag == 0x38 || tag == 0x10) {
             if (read_varint(data, end, &pos, &v)) return UNUSUAL;
             f->raw = v;
@@ -112,6 +114,7 @@ static int parse(const unsigned char *data, Py_ssize_t start, Py_ssize_t end, Fi
                 }
                 if (tag == 0x52) {
                     Py_XSETREF(f->name, text);
+                    f->has_iid = 0;
                 } else {
                     Py_XSETREF(f->text, text);
                     f->number = 6;
@@ -153,9 +156,14 @@ static PyObject *interned(PyObject *table, PyObject *table_name, PyObject *looku
         }
     }
     if (found != NULL) {
-        Py_INCREF(found);
         Py_DECREF(key);
+        if (!PyUnicode_CheckExact(found)) return NULL; /* not a str (a damaged file): Python's own error */
+        Py_INCREF(found);
         return found;
+    }
+    if (lookup == NULL) { /* the caller hands the packet to Python, whose lookup raises */
+        Py_DECREF(key);
+        return NULL;
     }
     PyObject *result = PyObject_CallFunctionObjArgs(lookup, table_name, key, NULL);
     Py_DECREF(key);
@@ -383,6 +391,41 @@ static int only_field(const unsigned char *data, Py_ssize_t start, Py_ssize_t en
     return found ? 0 : UNUSUAL;
 }
 
+/* The debug annotations of the one track_event in data[0:size] (a serialized TracePacket),
+ * into *attributes and *meta (new references). Returns 0; or -1 with no Python error set when
+ * the packet is unusual (the Python code decodes it), or with one set on a real error.
+ * lookup NULL: an interned id missing from names/values is unusual too (no call into Python). */
+static int decode_event(const unsigned char *data, Py_ssize_t size, PyObject *names, PyObject *values,
+                        PyObject *lookup, PyObject *cache, Py_ssize_t cache_limit, PyObject *meta_name,
+                        PyObject **attributes_out, PyObject **meta_out) {
+    Ctx c = {data, names, values, lookup};
+    Py_ssize_t event_start = 0, event_stop = 0;
+    if (only_field(c.data, 0, size, 11, &event_start, &event_stop)) return -1; /* TracePacket.track_event */
+    PyObject *attributes = PyDict_New();
+    PyObject *meta = PyDict_New();
+    if (attributes == NULL || meta == NULL) goto failed;
+    int unusual = 0;
+    Py_ssize_t pos = event_start;
+    while (pos < event_stop) {
+        unsigned long long tag;
+        Py_ssize_t s = 0, e = 0;
+        if (read_varint(c.data, event_stop, &pos, &tag) ||
+            skip_field(c.data, event_stop, &pos, (int)(tag & 7), &s, &e)) {
+            goto failed;
+        }
+        if (tag == ((4 << 3) | 2)) { /* TrackEvent.debug_annotations */
+            if (top_level(&c, s, e, attributes, &meta, meta_name, cache, cache_limit, &unusual) < 0) goto failed;
+        }
+    }
+    *attributes_out = attributes;
+    *meta_out = meta;
+    return 0;
+failed:
+    Py_XDECREF(attributes);
+    Py_XDECREF(meta);
+    return -1;
+}
+
 static PyObject *annotations(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7) {
         PyErr_SetString(PyExc_TypeError, "annotations(packet, names, values, lookup, cache, cache_limit, meta_name)");
@@ -396,36 +439,16 @@ static PyObject *annotations(PyObject *module, PyObject *const *args, Py_ssize_t
     }
     Py_ssize_t cache_limit = PyLong_AsSsize_t(args[5]);
     if (cache_limit == -1 && PyErr_Occurred()) return NULL;
-    Ctx c = {(const unsigned char *)PyBytes_AS_STRING(packet), args[1], args[2], args[3]};
-    Py_ssize_t size = PyBytes_GET_SIZE(packet);
-    Py_ssize_t event_start = 0, event_stop = 0;
-    if (only_field(c.data, 0, size, 11, &event_start, &event_stop)) Py_RETURN_NONE; /* TracePacket.track_event */
-    PyObject *attributes = PyDict_New();
-    PyObject *meta = PyDict_New();
-    if (attributes == NULL || meta == NULL) goto failed;
-    int unusual = 0;
-    Py_ssize_t pos = event_start;
-    while (pos < event_stop) {
-        unsigned long long tag;
-        Py_ssize_t s = 0, e = 0;
-        if (read_varint(c.data, event_stop, &pos, &tag) ||
-            skip_field(c.data, event_stop, &pos, (int)(tag & 7), &s, &e)) {
-            unusual = 1;
-            goto failed;
-        }
-        if (tag == ((4 << 3) | 2)) { /* TrackEvent.debug_annotations */
-            if (top_level(&c, s, e, attributes, &meta, meta_name, cache, cache_limit, &unusual) < 0) goto failed;
-        }
+    PyObject *attributes, *meta;
+    if (decode_event((const unsigned char *)PyBytes_AS_STRING(packet), PyBytes_GET_SIZE(packet), args[1], args[2],
+                     args[3], cache, cache_limit, meta_name, &attributes, &meta) < 0) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE; /* unusual: the Python code decodes this event */
     }
     PyObject *result = PyTuple_Pack(2, attributes, meta);
     Py_DECREF(attributes);
     Py_DECREF(meta);
     return result;
-failed:
-    Py_XDECREF(attributes);
-    Py_XDECREF(meta);
-    if (PyErr_Occurred()) return NULL;
-    Py_RETURN_NONE; /* unusual: the Python code decodes this event */
 }
 
 
@@ -464,110 +487,836 @@ static PyObject *optional_u64(int present, unsigned long long value) {
     return PyLong_FromUnsignedLongLong(value);
 }
 
-static PyObject *scan(PyObject *module, PyObject *packet) {
-    if (!PyBytes_Check(packet)) {
-        PyErr_SetString(PyExc_TypeError, "scan(packet): bytes expected");
-        return NULL;
-    }
-    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(packet);
-    Py_ssize_t size = PyBytes_GET_SIZE(packet), pos = 0;
-    unsigned long long sequence_id = 0, flags = 0, timestamp = 0, clock_id = 0;
-    int has_clock = 0, events = 0;
-    Py_ssize_t event_start = 0, event_stop = 0;
+/* The fields of a plain track-event packet (names and correlation strings as byte ranges). */
+typedef struct {
+    unsigned long long sequence_id, flags, timestamp, clock_id;
+    int has_clock;
+    unsigned long long type, track_uuid, name_iid, correlation_iid;
+    int name_kind, correlation_kind; /* oneofs: 0 unset, 1 iid, 2 string (last one wins) */
+    Py_ssize_t name_start, name_stop, correlation_start, correlation_stop;
+    unsigned long long flows[MAX_FLOWS], terminating[MAX_FLOWS];
+    int n_flows, n_terminating;
+} Scan;
+
+/* 0, or UNUSUAL: not a plain track-event packet (the caller parses it with protobuf). */
+static int scan_packet(const unsigned char *data, Py_ssize_t size, Scan *p) {
+    Py_ssize_t pos = 0, event_start = 0, event_stop = 0;
+    int events = 0;
+    unsigned long long v;
+    p->sequence_id = p->flags = p->timestamp = p->clock_id = 0;
+    p->has_clock = 0;
     while (pos < size) {
-        unsigned long long tag, v;
-        if (read_varint(data, size, &pos, &tag)) Py_RETURN_NONE;
+        unsigned long long tag;
+        if (read_varint(data, size, &pos, &tag)) return UNUSUAL;
         switch (tag) {
-        case (8 << 3) | 0: if (read_varint(data, size, &pos, &timestamp)) Py_RETURN_NONE; break;
-        case (10 << 3) | 0: if (read_varint(data, size, &pos, &v)) Py_RETURN_NONE; sequence_id = v & 0xFFFFFFFFu; break;
-        case (13 << 3) | 0: if (read_varint(data, size, &pos, &v)) Py_RETURN_NONE; flags = v & 0xFFFFFFFFu; break;
+        case (8 << 3) | 0: if (read_varint(data, size, &pos, &p->timestamp)) return UNUSUAL; break;
+        case (10 << 3) | 0: if (read_varint(data, size, &pos, &v)) return UNUSUAL; p->sequence_id = v & 0xFFFFFFFFu; break;
+        case (13 << 3) | 0: if (read_varint(data, size, &pos, &v)) return UNUSUAL; p->flags = v & 0xFFFFFFFFu; break;
         case (58 << 3) | 0:
-            if (read_varint(data, size, &pos, &v)) Py_RETURN_NONE;
-            clock_id = v & 0xFFFFFFFFu;
-            has_clock = 1;
+            if (read_varint(data, size, &pos, &v)) return UNUSUAL;
+            p->clock_id = v & 0xFFFFFFFFu;
+            p->has_clock = 1;
             break;
         case (11 << 3) | 2:
-            if (skip_field(data, size, &pos, 2, &event_start, &event_stop)) Py_RETURN_NONE;
+            if (skip_field(data, size, &pos, 2, &event_start, &event_stop)) return UNUSUAL;
             events++;
             break;
-        default: Py_RETURN_NONE;
+        default: return UNUSUAL;
         }
     }
-    if (events != 1) Py_RETURN_NONE;
-    unsigned long long type = 0, track_uuid = 0, name_iid = 0, correlation_iid = 0;
-    int name_kind = 0, correlation_kind = 0; /* oneofs: 0 unset, 1 iid, 2 string (last one wins) */
-    Py_ssize_t name_start = 0, name_stop = 0, correlation_start = 0, correlation_stop = 0;
-    unsigned long long flows[MAX_FLOWS], terminating[MAX_FLOWS];
-    int n_flows = 0, n_terminating = 0;
+    if (events != 1) return UNUSUAL;
+    p->type = p->track_uuid = p->name_iid = p->correlation_iid = 0;
+    p->name_kind = p->correlation_kind = 0;
+    p->name_start = p->name_stop = p->correlation_start = p->correlation_stop = 0;
+    p->n_flows = p->n_terminating = 0;
     pos = event_start;
     while (pos < event_stop) {
-        unsigned long long tag, v;
+        unsigned long long tag;
         Py_ssize_t s = 0, e = 0;
-        if (read_varint(data, event_stop, &pos, &tag)) Py_RETURN_NONE;
+        if (read_varint(data, event_stop, &pos, &tag)) return UNUSUAL;
         switch (tag) {
         case (9 << 3) | 0:
-            if (read_varint(data, event_stop, &pos, &type)) Py_RETURN_NONE;
-            if (type < 1 || type > 4) Py_RETURN_NONE; /* protobuf keeps unknown enum values aside */
+            if (read_varint(data, event_stop, &pos, &p->type)) return UNUSUAL;
+            if (p->type < 1 || p->type > 4) return UNUSUAL; /* protobuf keeps unknown enum values aside */
             break;
-        case (11 << 3) | 0: if (read_varint(data, event_stop, &pos, &track_uuid)) Py_RETURN_NONE; break;
+        case (11 << 3) | 0: if (read_varint(data, event_stop, &pos, &p->track_uuid)) return UNUSUAL; break;
         case (10 << 3) | 0:
-            if (read_varint(data, event_stop, &pos, &name_iid)) Py_RETURN_NONE;
-            name_kind = 1;
+            if (read_varint(data, event_stop, &pos, &p->name_iid)) return UNUSUAL;
+            p->name_kind = 1;
             break;
         case (23 << 3) | 2:
-            if (skip_field(data, event_stop, &pos, 2, &name_start, &name_stop)) Py_RETURN_NONE;
-            name_kind = 2;
+            if (skip_field(data, event_stop, &pos, 2, &p->name_start, &p->name_stop)) return UNUSUAL;
+            p->name_kind = 2;
             break;
         case (54 << 3) | 0:
-            if (read_varint(data, event_stop, &pos, &correlation_iid)) Py_RETURN_NONE;
-            correlation_kind = 1;
+            if (read_varint(data, event_stop, &pos, &p->correlation_iid)) return UNUSUAL;
+            p->correlation_kind = 1;
             break;
         case (53 << 3) | 2:
-            if (skip_field(data, event_stop, &pos, 2, &correlation_start, &correlation_stop)) Py_RETURN_NONE;
-            correlation_kind = 2;
+            if (skip_field(data, event_stop, &pos, 2, &p->correlation_start, &p->correlation_stop)) return UNUSUAL;
+            p->correlation_kind = 2;
             break;
         case (47 << 3) | 1:
         case (48 << 3) | 1:
-            if (pos + 8 > event_stop) Py_RETURN_NONE;
+            if (pos + 8 > event_stop) return UNUSUAL;
             memcpy(&v, data + pos, 8);
             pos += 8;
             if ((tag >> 3) == 47) {
-                if (n_flows == MAX_FLOWS) Py_RETURN_NONE;
-                flows[n_flows++] = v;
+                if (p->n_flows == MAX_FLOWS) return UNUSUAL;
+                p->flows[p->n_flows++] = v;
             } else {
-                if (n_terminating == MAX_FLOWS) Py_RETURN_NONE;
-                terminating[n_terminating++] = v;
+                if (p->n_terminating == MAX_FLOWS) return UNUSUAL;
+                p->terminating[p->n_terminating++] = v;
             }
             break;
         case (4 << 3) | 2:  /* debug_annotations: decoded by annotations() */
         case (3 << 3) | 0:  /* category_iids: not read */
         case (3 << 3) | 2:
         case (22 << 3) | 2: /* categories: not read */
-            if (skip_field(data, event_stop, &pos, (int)(tag & 7), &s, &e)) Py_RETURN_NONE;
+            if (skip_field(data, event_stop, &pos, (int)(tag & 7), &s, &e)) return UNUSUAL;
             break;
-        default: Py_RETURN_NONE;
+        default: return UNUSUAL;
         }
     }
+    return 0;
+}
+
+/* A UTF-8 range of the packet as str; NULL with no error set when it is not valid UTF-8. */
+static PyObject *utf8(const unsigned char *data, Py_ssize_t start, Py_ssize_t stop) {
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)data + start, stop - start, NULL);
+    if (text == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) PyErr_Clear();
+    return text;
+}
+
+static PyObject *scan(PyObject *module, PyObject *packet) {
+    if (!PyBytes_Check(packet)) {
+        PyErr_SetString(PyExc_TypeError, "scan(packet): bytes expected");
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(packet);
+    Scan p;
+    if (scan_packet(data, PyBytes_GET_SIZE(packet), &p)) Py_RETURN_NONE;
     PyObject *name = NULL, *correlation = NULL;
-    if (name_kind == 2) {
-        name = PyUnicode_DecodeUTF8((const char *)data + name_start, name_stop - name_start, NULL);
-        if (name == NULL) goto undecodable;
-    }
-    if (correlation_kind == 2) {
-        correlation = PyUnicode_DecodeUTF8((const char *)data + correlation_start, correlation_stop - correlation_start, NULL);
-        if (correlation == NULL) goto undecodable;
-    }
-    PyObject *result = Py_BuildValue(
-        "(KKKNKKNNNNNN)", sequence_id, flags, timestamp, optional_u64(has_clock, clock_id), type, track_uuid,
-        optional_u64(name_kind == 1, name_iid), name ? name : (Py_INCREF(Py_None), Py_None), u64_tuple(flows, n_flows),
-        u64_tuple(terminating, n_terminating), optional_u64(correlation_kind == 1, correlation_iid),
+    if (p.name_kind == 2 && (name = utf8(data, p.name_start, p.name_stop)) == NULL) goto undecodable;
+    if (p.correlation_kind == 2 && (correlation = utf8(data, p.correlation_start, p.correlation_stop)) == NULL)
+        goto undecodable;
+    return Py_BuildValue(
+        "(KKKNKKNNNNNN)", p.sequence_id, p.flags, p.timestamp, optional_u64(p.has_clock, p.clock_id), p.type,
+        p.track_uuid, optional_u64(p.name_kind == 1, p.name_iid), name ? name : (Py_INCREF(Py_None), Py_None),
+        u64_tuple(p.flows, p.n_flows), u64_tuple(p.terminating, p.n_terminating),
+        optional_u64(p.correlation_kind == 1, p.correlation_iid),
         correlation ? correlation : (Py_INCREF(Py_None), Py_None));
-    return result;
 undecodable:
     Py_XDECREF(name);
-    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
-    PyErr_Clear();
+    if (PyErr_Occurred()) return NULL;
     Py_RETURN_NONE;
+}
+
+/* ---- feed(): the reader's decoder loop (_reader._Decoder.packet + ready) over a buffer ----
+ *
+ * configure(resource, hold, max_waiting, max_packet, cache_limit, cleared_flag, clock_realtime,
+ *           meta_name, host_start_key, host_duration_key, gpu_duration_key)
+ *     once, at import: the reader's constants and its _resource(uuid, descriptors) function.
+ * feed(decoder, buffer, offset, out, records) -> offset
+ *     Decodes the packets of buffer (bytes of a Trace: length-delimited packet fields) from
+ *     offset on, with the _Decoder's own state (its sequences, open slices, ended deque,
+ *     launches, events, released ids, resources), for as long as each one is a complete,
+ *     plain BEGIN/END/COUNTER packet on a known sequence whose names, ids and annotations it
+ *     can read; appends each span the reference's ready() would give (a SpanRecord when
+ *     records, else the _decoded tuple) to the list out, and returns the offset of the first
+ *     packet it left alone: anything else (another field, a framing problem or the end of the
+ *     data, an instant, a cleared or new sequence, an unknown interned id, a clock before its
+ *     snapshot, an unusual annotation) is decoded by the Python code, which raises the
+ *     reference's errors. It changes the state only for packets it decodes whole.
+ * The open slices it makes are OpenSlice objects with _reader._Open's attributes; it reads
+ * the Python _Open objects the reference makes too.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *start, *name, *trace_id, *attributes, *meta, *flows;
+    char ours;
+} OpenSlice;
+
+static int open_slice_traverse(OpenSlice *self, visitproc visit, void *arg) {
+    Py_VISIT(self->start);
+    Py_VISIT(self->name);
+    Py_VISIT(self->trace_id);
+    Py_VISIT(self->attributes);
+    Py_VISIT(self->meta);
+    Py_VISIT(self->flows);
+    return 0;
+}
+
+static int open_slice_clear(OpenSlice *self) {
+    Py_CLEAR(self->start);
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->trace_id);
+    Py_CLEAR(self->attributes);
+    Py_CLEAR(self->meta);
+    Py_CLEAR(self->flows);
+    return 0;
+}
+
+static void open_slice_dealloc(OpenSlice *self) {
+    PyObject_GC_UnTrack(self);
+    open_slice_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef open_slice_members[] = {
+    {"start", T_OBJECT_EX, offsetof(OpenSlice, start), 0, NULL},
+    {"name", T_OBJECT_EX, offsetof(OpenSlice, name), 0, NULL},
+    {"trace_id", T_OBJECT_EX, offsetof(OpenSlice, trace_id), 0, NULL},
+    {"attributes", T_OBJECT_EX, offsetof(OpenSlice, attributes), 0, NULL},
+    {"meta", T_OBJECT_EX, offsetof(OpenSlice, meta), 0, NULL},
+    {"flows", T_OBJECT_EX, offsetof(OpenSlice, flows), 0, NULL},
+    {"ours", T_BOOL, offsetof(OpenSlice, ours), 0, NULL},
+    {NULL}};
+
+static PyTypeObject OpenSliceType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope.exporter.perfetto._fastread.OpenSlice",
+    .tp_basicsize = sizeof(OpenSlice),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A slice begun and not yet ended (the C form of _reader._Open).",
+    .tp_traverse = (traverseproc)open_slice_traverse,
+    .tp_clear = (inquiry)open_slice_clear,
+    .tp_dealloc = (destructor)open_slice_dealloc,
+    .tp_members = open_slice_members,
+};
+
+static struct {
+    int ready;
+    PyObject *resource; /* _reader._resource */
+    Py_ssize_t hold, max_waiting, cache_limit;
+    unsigned long long max_packet, cleared_flag, clock_realtime;
+    PyObject *meta_name, *host_start, *host_duration, *gpu_duration;
+} cfg;
+
+static PyObject *s_span_id, *s_implied, *s_parent_span_id, *s_gpu_flag, *s_event_names, *s_correlations,
+    *s_tables, *s_decoded, *s_clocks, *s_default_clock, *s_sequences, *s_open, *s_ended, *s_launches, *s_events,
+    *s_released, *s_resources, *s_descriptors, *s_decoded_method, *s_append, *s_popleft, *s_empty_str, *s_zero,
+    *s_empty_tuple;
+
+static PyObject *configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "configure: 11 arguments expected");
+        return NULL;
+    }
+    Py_ssize_t numbers[6];
+    for (int i = 0; i < 6; i++) {
+        numbers[i] = PyLong_AsSsize_t(args[i + 1]);
+        if (numbers[i] == -1 && PyErr_Occurred()) return NULL;
+        if (numbers[i] < 0) {
+            PyErr_SetString(PyExc_ValueError, "configure: negative number");
+            return NULL;
+        }
+    }
+    if (!PyCallable_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "configure: resource must be callable");
+        return NULL;
+    }
+    for (int i = 7; i < 11; i++) {
+        if (!PyUnicode_Check(args[i])) {
+            PyErr_SetString(PyExc_TypeError, "configure: names must be str");
+            return NULL;
+        }
+    }
+    Py_XSETREF(cfg.resource, Py_NewRef(args[0]));
+    cfg.hold = numbers[0];
+    cfg.max_waiting = numbers[1];
+    cfg.max_packet = (unsigned long long)numbers[2];
+    cfg.cache_limit = numbers[3];
+    cfg.cleared_flag = (unsigned long long)numbers[4];
+    cfg.clock_realtime = (unsigned long long)numbers[5];
+    Py_XSETREF(cfg.meta_name, Py_NewRef(args[7]));
+    Py_XSETREF(cfg.host_start, Py_NewRef(args[8]));
+    Py_XSETREF(cfg.host_duration, Py_NewRef(args[9]));
+    Py_XSETREF(cfg.gpu_duration, Py_NewRef(args[10]));
+    cfg.ready = 1;
+    Py_RETURN_NONE;
+}
+
+/* One call's view of the decoder's state (new references). */
+typedef struct {
+    PyObject *decoder, *out;
+    int records;
+    PyObject *sequences, *open, *ended, *launches, *events, *released, *resources, *descriptors;
+    PyObject *ended_append, *ended_popleft;
+    /* the sequence of the last packet, cached for the call (only Python changes its tables) */
+    int has_sequence;
+    unsigned long long sequence_id;
+    PyObject *tables, *decoded, *clocks, *default_clock, *names, *values, *event_names, *correlations;
+} Feed;
+
+static void feed_forget_sequence(Feed *f) {
+    f->has_sequence = 0;
+    Py_CLEAR(f->tables);
+    Py_CLEAR(f->decoded);
+    Py_CLEAR(f->clocks);
+    Py_CLEAR(f->default_clock);
+    Py_CLEAR(f->names);
+    Py_CLEAR(f->values);
+    Py_CLEAR(f->event_names);
+    Py_CLEAR(f->correlations);
+}
+
+static void feed_release(Feed *f) {
+    feed_forget_sequence(f);
+    Py_CLEAR(f->sequences);
+    Py_CLEAR(f->open);
+    Py_CLEAR(f->ended);
+    Py_CLEAR(f->launches);
+    Py_CLEAR(f->events);
+    Py_CLEAR(f->released);
+    Py_CLEAR(f->resources);
+    Py_CLEAR(f->descriptors);
+    Py_CLEAR(f->ended_append);
+    Py_CLEAR(f->ended_popleft);
+}
+
+/* tables.get(name), or None (new reference). */
+static PyObject *table_of(PyObject *tables, PyObject *name) {
+    PyObject *table = PyDict_GetItemWithError(tables, name);
+    if (table == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        table = Py_None;
+    }
+    Py_INCREF(table);
+    return table;
+}
+
+/* Make sequence_id's state current: 0, UNUSUAL (a sequence not seen yet), -1 on error. */
+static int feed_use_sequence(Feed *f, unsigned long long sequence_id) {
+    if (f->has_sequence && f->sequence_id == sequence_id) return 0;
+    feed_forget_sequence(f);
+    PyObject *key = PyLong_FromUnsignedLongLong(sequence_id);
+    if (key == NULL) return -1;
+    PyObject *sequence = PyDict_GetItemWithError(f->sequences, key);
+    Py_DECREF(key);
+    if (sequence == NULL) return PyErr_Occurred() ? -1 : UNUSUAL;
+    Py_INCREF(sequence);
+    f->tables = PyObject_GetAttr(sequence, s_tables);
+    f->decoded = PyObject_GetAttr(sequence, s_decoded);
+    f->clocks = PyObject_GetAttr(sequence, s_clocks);
+    f->default_clock = PyObject_GetAttr(sequence, s_default_clock);
+    Py_DECREF(sequence);
+    if (f->tables == NULL || f->decoded == NULL || f->clocks == NULL || f->default_clock == NULL) return -1;
+    if (!PyDict_Check(f->tables) || !PyDict_Check(f->decoded) || !PyDict_Check(f->clocks)) return UNUSUAL;
+    f->names = table_of(f->tables, s_names);
+    f->values = table_of(f->tables, s_values);
+    f->event_names = table_of(f->tables, s_event_names);
+    f->correlations = table_of(f->tables, s_correlations);
+    if (f->names == NULL || f->values == NULL || f->event_names == NULL || f->correlations == NULL) return -1;
+    if ((f->names != Py_None && !PyDict_Check(f->names)) || (f->values != Py_None && !PyDict_Check(f->values)))
+        return UNUSUAL;
+    f->has_sequence = 1;
+    f->sequence_id = sequence_id;
+    return 0;
+}
+
+/* The packet's clock (new reference): its own, else the sequence's default. */
+static PyObject *feed_clock(Feed *f, Scan *p) {
+    if (p->has_clock) return PyLong_FromUnsignedLongLong(p->clock_id);
+    Py_INCREF(f->default_clock);
+    return f->default_clock;
+}
+
+/* _on_clock without the update: *ts_out the absolute time (new reference); UNUSUAL for a
+ * timestamp on an incremental clock before its snapshot (Python raises). */
+static int feed_time(Feed *f, PyObject *clock, unsigned long long timestamp, PyObject **ts_out) {
+    PyObject *ts = PyLong_FromUnsignedLongLong(timestamp);
+    if (ts == NULL) return -1;
+    PyObject *last = PyDict_GetItemWithError(f->clocks, clock);
+    if (last != NULL) {
+        *ts_out = PyNumber_Add(last, ts);
+        Py_DECREF(ts);
+        return *ts_out == NULL ? -1 : 0;
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(ts);
+        return -1;
+    }
+    if (!PyLong_CheckExact(clock)) {
+        Py_DECREF(ts);
+        return UNUSUAL;
+    }
+    unsigned long long id = PyLong_AsUnsignedLongLong(clock);
+    if (id == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_DECREF(ts);
+        return UNUSUAL;
+    }
+    if (id != 0 && id != cfg.clock_realtime && id >= 64 && id < 128) {
+        Py_DECREF(ts);
+        return UNUSUAL;
+    }
+    *ts_out = ts;
+    return 0;
+}
+
+/* Apply the clock: sequence.clocks[clock] = ts when the clock is incremental. */
+static int feed_advance(Feed *f, PyObject *clock, PyObject *ts) {
+    int incremental = PyDict_Contains(f->clocks, clock);
+    if (incremental < 0) return -1;
+    return incremental ? PyDict_SetItem(f->clocks, clock, ts) : 0;
+}
+
+/* table[iid] (a new reference), NULL with no error when missing or the table is None. */
+static PyObject *feed_interned(PyObject *table, unsigned long long iid) {
+    if (table == Py_None) return NULL;
+    PyObject *key = PyLong_FromUnsignedLongLong(iid);
+    if (key == NULL) return NULL;
+    PyObject *found = PyDict_GetItemWithError(table, key);
+    Py_DECREF(key);
+    Py_XINCREF(found);
+    return found;
+}
+
+static int u64_in(PyObject *value, const unsigned long long *list, int n, int *found) {
+    *found = 0;
+    if (n == 0) return 0;
+    if (!PyLong_CheckExact(value)) return UNUSUAL;
+    unsigned long long v = PyLong_AsUnsignedLongLong(value);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear(); /* negative or past 64 bits: equal to no flow id */
+        return 0;
+    }
+    for (int i = 0; i < n; i++)
+        if (list[i] == v) *found = 1;
+    return 0;
+}
+
+/* A BEGIN: _Open(ts, event, sequence, packet) pushed on its track's stack. */
+static int feed_begin(Feed *f, const unsigned char *data, Py_ssize_t size, Scan *p) {
+    PyObject *attributes = NULL, *meta = NULL, *name = NULL, *trace_id = NULL, *flows = NULL, *clock = NULL;
+    PyObject *ts = NULL, *key = NULL;
+    OpenSlice *piece = NULL;
+    int rc = -1, gpu = 0;
+    if (decode_event(data, size, f->names, f->values, NULL, f->decoded, cfg.cache_limit, cfg.meta_name, &attributes,
+                     &meta) < 0) {
+        return PyErr_Occurred() ? -1 : UNUSUAL;
+    }
+    int ours = PyDict_Contains(meta, s_span_id);
+    if (ours < 0) goto done;
+    if (ours) {
+        if (p->name_kind == 1) {
+            name = feed_interned(f->event_names, p->name_iid);
+        } else if (p->name_kind == 2) {
+            name = utf8(data, p->name_start, p->name_stop);
+        } else {
+            name = Py_NewRef(s_empty_str);
+        }
+        if (name == NULL) goto unusual_or_error;
+        PyObject *text = NULL;
+        if (p->correlation_kind == 1) {
+            text = feed_interned(f->correlations, p->correlation_iid);
+            if (text == NULL) goto unusual_or_error;
+        } else if (p->correlation_kind == 2) {
+            text = utf8(data, p->correlation_start, p->correlation_stop);
+            if (text == NULL) goto unusual_or_error;
+        }
+        if (text != NULL) {
+            trace_id = PyUnicode_Check(text) ? PyLong_FromUnicodeObject(text, 16) : NULL;
+            Py_DECREF(text);
+            if (trace_id == NULL) {
+                PyErr_Clear(); /* not hex: the Python code raises the reference's error */
+                goto unusual_or_error;
+            }
+        } else {
+            trace_id = Py_NewRef(s_zero);
+        }
+        PyObject *span_id = PyDict_GetItemWithError(meta, s_span_id);
+        if (span_id == NULL) goto done;
+        int found;
+        int in_rc = u64_in(span_id, p->terminating, p->n_terminating, &found);
+        if (in_rc != 0) {
+            rc = in_rc;
+            goto done;
+        }
+        gpu = found;
+    } else {
+        name = Py_NewRef(s_empty_str);
+        trace_id = Py_NewRef(s_zero);
+    }
+    clock = feed_clock(f, p);
+    if (clock == NULL) goto done;
+    rc = feed_time(f, clock, p->timestamp, &ts);
+    if (rc != 0) goto done;
+    rc = -1;
+    /* from here on the packet is decoded whole: state changes */
+    if (feed_advance(f, clock, ts) < 0) goto done;
+    if (ours && PyDict_SetItem(meta, s_gpu_flag, gpu ? Py_True : Py_False) < 0) goto done;
+    flows = u64_tuple(p->flows, p->n_flows);
+    if (flows == NULL) goto done;
+    piece = PyObject_GC_New(OpenSlice, &OpenSliceType);
+    if (piece == NULL) goto done;
+    piece->start = Py_NewRef(ts);
+    piece->name = Py_NewRef(name);
+    piece->trace_id = Py_NewRef(trace_id);
+    piece->attributes = Py_NewRef(attributes);
+    piece->meta = Py_NewRef(meta);
+    piece->flows = Py_NewRef(flows);
+    piece->ours = (char)ours;
+    PyObject_GC_Track(piece);
+    key = PyLong_FromUnsignedLongLong(p->track_uuid);
+    if (key == NULL) goto done;
+    PyObject *stack = PyDict_GetItemWithError(f->open, key);
+    if (stack == NULL) {
+        if (PyErr_Occurred()) goto done;
+        stack = PyList_New(0);
+        if (stack == NULL) goto done;
+        int set = PyDict_SetItem(f->open, key, stack);
+        Py_DECREF(stack);
+        if (set < 0) goto done;
+    }
+    if (!PyList_Check(stack)) {
+        PyErr_SetString(PyExc_TypeError, "_Decoder.open: a list per track expected");
+        goto done;
+    }
+    rc = PyList_Append(stack, (PyObject *)piece);
+    goto done;
+unusual_or_error:
+    rc = PyErr_Occurred() ? -1 : UNUSUAL;
+done:
+    Py_XDECREF(attributes);
+    Py_XDECREF(meta);
+    Py_XDECREF(name);
+    Py_XDECREF(trace_id);
+    Py_XDECREF(flows);
+    Py_XDECREF(clock);
+    Py_XDECREF(ts);
+    Py_XDECREF(key);
+    Py_XDECREF(piece);
+    return rc;
+}
+
+/* An attribute of an open slice (new reference): OpenSlice's member, or getattr on _Open. */
+static PyObject *piece_get(PyObject *piece, PyObject *(*member)(OpenSlice *), const char *name) {
+    if (Py_IS_TYPE(piece, &OpenSliceType)) return Py_NewRef(member((OpenSlice *)piece));
+    return PyObject_GetAttrString(piece, name);
+}
+static PyObject *m_start(OpenSlice *s) { return s->start; }
+static PyObject *m_meta(OpenSlice *s) { return s->meta; }
+static PyObject *m_flows(OpenSlice *s) { return s->flows; }
+
+/* _bounded_put(table, key, value). */
+static int bounded_put(PyObject *table, PyObject *key, PyObject *value) {
+    int present = PyDict_Contains(table, key);
+    if (present < 0) return -1;
+    if (!present && PyDict_GET_SIZE(table) >= cfg.max_waiting) {
+        Py_ssize_t pos = 0;
+        PyObject *first, *ignored;
+        if (PyDict_Next(table, &pos, &first, &ignored)) {
+            Py_INCREF(first);
+            int deleted = PyDict_DelItem(table, first);
+            Py_DECREF(first);
+            if (deleted < 0) return -1;
+        }
+    }
+    return PyDict_SetItem(table, key, value);
+}
+
+/* An END: _Decoder._end(uuid, ts, terminating_flow_ids). */
+static int feed_end(Feed *f, Scan *p) {
+    PyObject *clock = feed_clock(f, p), *ts = NULL, *key = NULL, *piece = NULL, *meta = NULL, *start = NULL;
+    PyObject *flows = NULL;
+    if (clock == NULL) return -1;
+    int rc = feed_time(f, clock, p->timestamp, &ts);
+    if (rc != 0) {
+        Py_DECREF(clock);
+        return rc;
+    }
+    rc = -1;
+    key = PyLong_FromUnsignedLongLong(p->track_uuid);
+    if (key == NULL) goto done;
+    PyObject *stack = PyDict_GetItemWithError(f->open, key);
+    if (stack == NULL && PyErr_Occurred()) goto done;
+    if (stack != NULL && !PyList_Check(stack)) {
+        PyErr_SetString(PyExc_TypeError, "_Decoder.open: a list per track expected");
+        goto done;
+    }
+    if (feed_advance(f, clock, ts) < 0) goto done;
+    Py_ssize_t depth = stack == NULL ? 0 : PyList_GET_SIZE(stack);
+    if (depth == 0) {
+        rc = 0;
+        goto done;
+    }
+    piece = Py_NewRef(PyList_GET_ITEM(stack, depth - 1));
+    if (PyList_SetSlice(stack, depth - 1, depth, NULL) < 0) goto done;
+    int ours = Py_IS_TYPE(piece, &OpenSliceType) ? ((OpenSlice *)piece)->ours : -1;
+    if (ours < 0) {
+        PyObject *flag = PyObject_GetAttrString(piece, "ours");
+        if (flag == NULL) goto done;
+        ours = PyObject_IsTrue(flag);
+        Py_DECREF(flag);
+        if (ours < 0) goto done;
+    }
+    start = piece_get(piece, m_start, "start");
+    if (start == NULL) goto done;
+    if (ours) {
+        if (p->n_terminating) {
+            meta = piece_get(piece, m_meta, "meta");
+            if (meta == NULL) goto done;
+            PyObject *span_id = PyObject_GetItem(meta, s_span_id);
+            if (span_id == NULL) goto done;
+            PyObject *terminating = u64_tuple(p->terminating, p->n_terminating);
+            int found = terminating == NULL ? -1 : PySequence_Contains(terminating, span_id);
+            Py_XDECREF(terminating);
+            Py_DECREF(span_id);
+            if (found < 0 || (found && PyObject_SetItem(meta, s_gpu_flag, Py_True) < 0)) goto done;
+        }
+        PyObject *ended = PyTuple_Pack(4, key, start, ts, piece);
+        if (ended == NULL) goto done;
+        PyObject *appended = PyObject_CallOneArg(f->ended_append, ended);
+        Py_DECREF(ended);
+        if (appended == NULL) goto done;
+        Py_DECREF(appended);
+    } else {
+        flows = piece_get(piece, m_flows, "flows");
+        if (flows == NULL) goto done;
+        PyObject *launch = PyTuple_Pack(2, start, ts);
+        if (launch == NULL) goto done;
+        PyObject *iterator = PyObject_GetIter(flows);
+        PyObject *flow;
+        int failed = iterator == NULL;
+        while (!failed && (flow = PyIter_Next(iterator)) != NULL) {
+            failed = bounded_put(f->launches, flow, launch) < 0;
+            Py_DECREF(flow);
+        }
+        Py_XDECREF(iterator);
+        Py_DECREF(launch);
+        if (failed || PyErr_Occurred()) goto done;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(clock);
+    Py_XDECREF(ts);
+    Py_XDECREF(key);
+    Py_XDECREF(piece);
+    Py_XDECREF(meta);
+    Py_XDECREF(start);
+    Py_XDECREF(flows);
+    return rc;
+}
+
+/* A COUNTER (or any other event type the reader ignores): only its clock. */
+static int feed_other(Feed *f, Scan *p) {
+    PyObject *clock = feed_clock(f, p), *ts = NULL;
+    if (clock == NULL) return -1;
+    int rc = feed_time(f, clock, p->timestamp, &ts);
+    if (rc == 0) rc = feed_advance(f, clock, ts);
+    Py_DECREF(clock);
+    Py_XDECREF(ts);
+    return rc;
+}
+
+/* _Decoder._decoded(uuid, start, end, piece) of one ended span, as a new reference to what
+ * ready() yields (its first 7 fields when records). */
+static PyObject *feed_decoded(Feed *f, PyObject *item) {
+    if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 4) {
+        PyErr_SetString(PyExc_TypeError, "_Decoder.ended: (uuid, start, end, slice) expected");
+        return NULL;
+    }
+    PyObject *uuid = PyTuple_GET_ITEM(item, 0), *start = PyTuple_GET_ITEM(item, 1), *end = PyTuple_GET_ITEM(item, 2);
+    PyObject *piece = PyTuple_GET_ITEM(item, 3);
+    PyObject *decoded = NULL;
+    if (!Py_IS_TYPE(piece, &OpenSliceType)) goto reference;
+    OpenSlice *open = (OpenSlice *)piece;
+    PyObject *meta = open->meta, *attributes = open->attributes;
+    if (!PyDict_CheckExact(meta) || !PyDict_CheckExact(attributes)) goto reference;
+    PyObject *span_id = PyDict_GetItemWithError(meta, s_span_id);
+    if (span_id == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        goto reference;
+    }
+    PyObject *implied_obj = PyDict_GetItemWithError(meta, s_implied);
+    long implied = 0;
+    if (implied_obj != NULL) {
+        if (!PyLong_CheckExact(implied_obj)) goto reference;
+        implied = PyLong_AsLong(implied_obj);
+        if (implied == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto reference;
+        }
+    } else if (PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_INCREF(span_id); /* meta may change below */
+    PyObject *launch = NULL, *resource = NULL, *events = NULL, *parent = NULL;
+    PyObject *gpu = PyDict_GetItemWithError(meta, s_gpu_flag);
+    int is_gpu = gpu == NULL ? 0 : PyObject_IsTrue(gpu);
+    if (is_gpu < 0 || PyErr_Occurred()) goto failed;
+    if (is_gpu) {
+        launch = PyDict_GetItemWithError(f->launches, span_id);
+        if (launch != NULL) {
+            Py_INCREF(launch);
+            if (PyDict_DelItem(f->launches, span_id) < 0) goto failed;
+        } else if (PyErr_Occurred()) {
+            goto failed;
+        }
+    }
+    if (implied) {
+        PyObject *host_start = start, *host_end = end;
+        if (launch != NULL) {
+            if (!PyTuple_Check(launch) || PyTuple_GET_SIZE(launch) != 2) {
+                PyErr_SetString(PyExc_TypeError, "_Decoder.launches: (start, end) expected");
+                goto failed;
+            }
+            host_start = PyTuple_GET_ITEM(launch, 0);
+            host_end = PyTuple_GET_ITEM(launch, 1);
+        }
+        if ((implied & 1) && PyDict_SetItem(attributes, cfg.host_start, host_start) < 0) goto failed;
+        if (implied & 2) {
+            PyObject *duration = PyNumber_Subtract(host_end, host_start);
+            int set = duration == NULL ? -1 : PyDict_SetItem(attributes, cfg.host_duration, duration);
+            Py_XDECREF(duration);
+            if (set < 0) goto failed;
+        }
+        if (implied & 4) {
+            PyObject *duration = PyNumber_Subtract(end, start);
+            int set = duration == NULL ? -1 : PyDict_SetItem(attributes, cfg.gpu_duration, duration);
+            Py_XDECREF(duration);
+            if (set < 0) goto failed;
+        }
+    }
+    resource = PyDict_GetItemWithError(f->resources, uuid);
+    if (resource != NULL) {
+        Py_INCREF(resource);
+    } else {
+        if (PyErr_Occurred()) goto failed;
+        resource = PyObject_CallFunctionObjArgs(cfg.resource, uuid, f->descriptors, NULL);
+        if (resource == NULL || PyDict_SetItem(f->resources, uuid, resource) < 0) goto failed;
+    }
+    if (PySet_GET_SIZE(f->released) >= cfg.max_waiting && PySet_Clear(f->released) < 0) goto failed;
+    if (PySet_Add(f->released, span_id) < 0) goto failed;
+    if (PyDict_GET_SIZE(f->events)) {
+        events = PyDict_GetItemWithError(f->events, span_id);
+        if (events != NULL) {
+            Py_INCREF(events);
+            if (PyDict_DelItem(f->events, span_id) < 0) goto failed;
+        } else if (PyErr_Occurred()) {
+            goto failed;
+        }
+    }
+    if (events == NULL) events = Py_NewRef(s_empty_tuple);
+    parent = PyDict_GetItemWithError(meta, s_parent_span_id);
+    if (parent == NULL && PyErr_Occurred()) goto failed;
+    if (parent == NULL) parent = s_zero;
+    if (f->records) {
+        decoded = PyTuple_Pack(7, open->name, start, end, span_id, parent, resource, attributes);
+    } else {
+        decoded = PyTuple_Pack(10, open->name, start, end, span_id, parent, resource, attributes, open->trace_id, meta,
+                               events);
+    }
+failed:
+    Py_DECREF(span_id);
+    Py_XDECREF(launch);
+    Py_XDECREF(resource);
+    Py_XDECREF(events);
+    return decoded;
+reference: /* anything unusual: the reference's own _decoded */
+    decoded = PyObject_CallMethodObjArgs(f->decoder, s_decoded_method, uuid, start, end, piece, NULL);
+    if (decoded != NULL && f->records) {
+        Py_SETREF(decoded, PySequence_GetSlice(decoded, 0, 7));
+    }
+    return decoded;
+}
+
+/* ready(): the spans held long enough, appended to out. */
+static int feed_ready(Feed *f) {
+    for (;;) {
+        Py_ssize_t held = PyObject_Size(f->ended);
+        if (held < 0) return -1;
+        if (held <= cfg.hold) return 0;
+        PyObject *item = PyObject_CallNoArgs(f->ended_popleft);
+        if (item == NULL) return -1;
+        PyObject *decoded = feed_decoded(f, item);
+        Py_DECREF(item);
+        if (decoded == NULL) return -1;
+        int appended = PyList_Append(f->out, decoded);
+        Py_DECREF(decoded);
+        if (appended < 0) return -1;
+    }
+}
+
+/* One packet: 0 decoded, UNUSUAL left to Python (state unchanged), -1 error. */
+static int feed_packet(Feed *f, const unsigned char *data, Py_ssize_t size) {
+    Scan p;
+    if (scan_packet(data, size, &p)) return UNUSUAL;
+    if (p.type == 3 || (p.flags & cfg.cleared_flag)) return UNUSUAL; /* instants, cleared state: Python */
+    int rc = feed_use_sequence(f, p.sequence_id);
+    if (rc != 0) return rc;
+    if (p.type == 1) return feed_begin(f, data, size, &p);
+    if (p.type == 2) return feed_end(f, &p);
+    return feed_other(f, &p);
+}
+
+static PyObject *get_attr_checked(PyObject *object, PyObject *name, int (*check)(PyObject *)) {
+    PyObject *value = PyObject_GetAttr(object, name);
+    if (value != NULL && check != NULL && !check(value)) {
+        PyErr_Format(PyExc_TypeError, "_Decoder.%U has an unexpected type", name);
+        Py_CLEAR(value);
+    }
+    return value;
+}
+static int is_dict(PyObject *o) { return PyDict_Check(o); }
+static int is_set(PyObject *o) { return PySet_Check(o); }
+
+static PyObject *feed(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyBytes_Check(args[1]) || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "feed(decoder, buffer: bytes, offset: int, out: list, records: bool)");
+        return NULL;
+    }
+    if (!cfg.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "feed: configure() was not called");
+        return NULL;
+    }
+    Py_ssize_t offset = PyLong_AsSsize_t(args[2]);
+    if (offset == -1 && PyErr_Occurred()) return NULL;
+    int records = PyObject_IsTrue(args[4]);
+    if (records < 0) return NULL;
+    const unsigned char *buffer = (const unsigned char *)PyBytes_AS_STRING(args[1]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[1]);
+    if (offset < 0 || offset > size) {
+        PyErr_SetString(PyExc_ValueError, "feed: offset out of range");
+        return NULL;
+    }
+    Feed f;
+    memset(&f, 0, sizeof f);
+    f.decoder = args[0];
+    f.out = args[3];
+    f.records = records;
+    if ((f.sequences = get_attr_checked(f.decoder, s_sequences, is_dict)) == NULL ||
+        (f.open = get_attr_checked(f.decoder, s_open, is_dict)) == NULL ||
+        (f.ended = get_attr_checked(f.decoder, s_ended, NULL)) == NULL ||
+        (f.launches = get_attr_checked(f.decoder, s_launches, is_dict)) == NULL ||
+        (f.events = get_attr_checked(f.decoder, s_events, is_dict)) == NULL ||
+        (f.released = get_attr_checked(f.decoder, s_released, is_set)) == NULL ||
+        (f.resources = get_attr_checked(f.decoder, s_resources, is_dict)) == NULL ||
+        (f.descriptors = get_attr_checked(f.decoder, s_descriptors, NULL)) == NULL ||
+        (f.ended_append = PyObject_GetAttr(f.ended, s_append)) == NULL ||
+        (f.ended_popleft = PyObject_GetAttr(f.ended, s_popleft)) == NULL) {
+        feed_release(&f);
+        return NULL;
+    }
+    Py_ssize_t pos = offset;
+    while (pos < size) {
+        if (buffer[pos] != 0x0A) break; /* Trace.packet; anything else: Python's framing */
+        Py_ssize_t start = pos + 1;
+        unsigned long long length;
+        if (read_varint(buffer, size, &start, &length)) break;
+        if (length > cfg.max_packet || length > (unsigned long long)(size - start)) break;
+        int rc = feed_packet(&f, buffer + start, (Py_ssize_t)length);
+        if (rc == UNUSUAL) break;
+        if (rc < 0 || feed_ready(&f) < 0) {
+            feed_release(&f);
+            return NULL;
+        }
+        pos = start + (Py_ssize_t)length;
+    }
+    feed_release(&f);
+    return PyLong_FromSsize_t(pos);
 }
 
 static PyMethodDef methods[] = {
@@ -577,6 +1326,13 @@ static PyMethodDef methods[] = {
      "annotations(packet, names, values, lookup, cache, cache_limit, meta_name) -> (attributes, meta) or None:\n"
      "the track event's debug annotations decoded as _annotations._decode_serialized decodes them;\n"
      "None where the Python reader would take its general message walk."},
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
+     "configure(resource, hold, max_waiting, max_packet, cache_limit, cleared_flag, clock_realtime, meta_name,\n"
+     "host_start_key, host_duration_key, gpu_duration_key): the reader's constants, once."},
+    {"feed", (PyCFunction)(void (*)(void))feed, METH_FASTCALL,
+     "feed(decoder, buffer, offset, out, records) -> offset: decode the plain packets of buffer from offset\n"
+     "with the _Decoder's state, appending the spans ready() gives to out; stops at the first packet the\n"
+     "Python code must decode."},
     {NULL}};
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "brickscope.exporter.perfetto._fastread",
@@ -591,5 +1347,25 @@ PyMODINIT_FUNC PyInit__fastread(void) {
     s_names = PyUnicode_InternFromString("names");
     s_values = PyUnicode_InternFromString("values");
     if (s_names == NULL || s_values == NULL) return NULL;
-    return PyModule_Create(&module_def);
+    const char *names[] = {"span_id", "implied", "parent_span_id", "_gpu", "event_names", "correlations", "tables",
+                           "decoded", "clocks", "default_clock", "sequences", "open", "ended", "launches", "events",
+                           "released", "resources", "descriptors", "_decoded", "append", "popleft", ""};
+    PyObject **slots[] = {&s_span_id, &s_implied, &s_parent_span_id, &s_gpu_flag, &s_event_names, &s_correlations,
+                          &s_tables, &s_decoded, &s_clocks, &s_default_clock, &s_sequences, &s_open, &s_ended,
+                          &s_launches, &s_events, &s_released, &s_resources, &s_descriptors, &s_decoded_method,
+                          &s_append, &s_popleft, &s_empty_str};
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
+        *slots[i] = PyUnicode_InternFromString(names[i]);
+        if (*slots[i] == NULL) return NULL;
+    }
+    s_zero = PyLong_FromLong(0);
+    s_empty_tuple = PyTuple_New(0);
+    if (s_zero == NULL || s_empty_tuple == NULL || PyType_Ready(&OpenSliceType) < 0) return NULL;
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL) return NULL;
+    if (PyModule_AddObjectRef(module, "OpenSlice", (PyObject *)&OpenSliceType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

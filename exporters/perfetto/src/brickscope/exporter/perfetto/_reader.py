@@ -37,7 +37,7 @@ import logging
 import os
 from collections import deque
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from google.protobuf.message import DecodeError
 from opentelemetry.sdk.resources import Resource
@@ -49,9 +49,10 @@ from opentelemetry.trace.status import Status, StatusCode
 from brickscope.offline import ProgressCallback, SpanRecord, TraceFormat, TraceSource
 from brickscope.trace.attributes import GPU_DURATION_NS, HOST_DURATION_NS, HOST_START_NS
 
-from ._annotations import _fast, decode_annotations, decode_event_annotations
+from ._annotations import _CACHE_ENTRIES, _fast, decode_annotations, decode_event_annotations
 from ._schema import (
     CLOCK_REALTIME,
+    META,
     META_EVENT_OF,
     META_IMPLIED,
     IMPLIED_GPU_DURATION,
@@ -90,6 +91,9 @@ _HOLD_SPANS = 8192
 _MAX_WAITING = 1 << 16
 _PROGRESS_EVERY_PACKETS = 4096
 
+#: ``iter_packets``'s ``consume``: (buffer, offset) -> offset of the first packet not taken.
+Consume = Callable[[bytes, int], int]
+
 
 class PacketError(ValueError):
     """The packet stream is broken at ``offset``; ``truncated`` when the data just ends."""
@@ -101,8 +105,13 @@ class PacketError(ValueError):
         self.truncated = truncated
 
 
-def iter_packets(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+def iter_packets(stream: IO[bytes], consume: Consume | None = None) -> Iterator[tuple[int, bytes | None]]:
     """Yield ``(offset, serialized TracePacket)`` for each packet, reading in chunks.
+
+    ``consume(buffer, offset)``, when given, is offered the buffer before each packet and
+    returns the offset of the first packet it did not take (``_fastread.feed``): only the
+    packets it leaves are yielded, and ``(offset, None)`` after each run it took, so the
+    caller can pass on what it made (memory stays bounded).
 
     Raises:
         PacketError: a field that is not a length-delimited one, a length beyond
@@ -119,6 +128,11 @@ def iter_packets(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
             base += offset
             offset = 0
         while True:
+            if consume is not None:
+                taken = consume(buffer, offset)
+                if taken != offset:
+                    offset = taken
+                    yield base + offset, None
             parsed = _field(buffer, offset, base)
             if parsed is None:
                 break
@@ -335,12 +349,33 @@ class _Decoder:
 
 def read_pftrace(source: TraceSource, *, records: bool = False) -> Iterator[Any]:
     """Yield the spans of a ``.pftrace``, streaming (the ``pftrace`` format of ``open_spans``);
-    their SpanRecords instead when ``records`` (``open_records``: no ReadableSpan made)."""
+    their SpanRecords instead when ``records`` (``open_records``: no ReadableSpan made).
+
+    With the C accelerator, ``_fastread.feed`` decodes the plain packets of each chunk (the
+    great majority) with the decoder's own state; the packets it leaves come here, one by one.
+    """
     decoder = _Decoder()
+    fed: list[Any] = []  # what feed made ready: SpanRecords, or _decoded tuples
+    consume: Consume | None = None
+    if _fast is not None:
+
+        def consume(buffer: bytes, offset: int) -> int:
+            source.report_progress()
+            return _fast.feed(decoder, buffer, offset, fed, records)
+
+    def taken() -> Iterator[Any]:
+        spans = fed if records else (_span(*decoded) for decoded in fed)
+        yield from spans
+        fed.clear()
+
     count = 0
     offset = 0
     try:
-        for offset, data in iter_packets(source.stream):
+        for offset, data in iter_packets(source.stream, consume):
+            if fed:
+                yield from taken()
+            if data is None:
+                continue
             try:
                 decoder.packet(data)
             except DecodeError as exc:
@@ -362,6 +397,8 @@ def read_pftrace(source: TraceSource, *, records: bool = False) -> Iterator[Any]
             source.truncated(
                 source.error(f"truncated: {unfinished} slices begun and never ended (the writer was cut off?)")
             )
+    if fed:
+        yield from taken()
     yield from decoder.ready(final=True, records=records)
     if decoder.lost_events:
         _logger.warning(
@@ -585,3 +622,16 @@ def _process_resource(process: Any) -> Resource:
     if 0 < process.pid < _SYNTHETIC_ID_BASE:
         attributes["process.pid"] = process.pid
     return Resource(attributes)
+
+
+def configure_accelerator(fast: Any) -> None:
+    """Give the C decoder loop (``_fastread.feed``) the reader's constants and resource maker
+    (at import; tests that import the C module directly call it too)."""
+    fast.configure(
+        _resource, _HOLD_SPANS, _MAX_WAITING, MAX_PACKET_BYTES, _CACHE_ENTRIES, SEQ_INCREMENTAL_STATE_CLEARED,
+        CLOCK_REALTIME, META, HOST_START_NS, HOST_DURATION_NS, GPU_DURATION_NS,
+    )  # fmt: skip
+
+
+if _fast is not None:
+    configure_accelerator(_fast)
