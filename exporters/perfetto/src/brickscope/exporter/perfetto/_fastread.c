@@ -16,6 +16,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 #include <structmember.h>
 
@@ -271,6 +272,44 @@ static int flatten(Ctx *c, Py_ssize_t (*ranges)[2], int n, PyObject *prefix, PyO
     return 0;
 }
 
+/* The decoded-entries cache is keyed as the Python code keys it: (prefix, entry bytes). Making
+ * that key per entry (a bytes object, a tuple, SipHash over the bytes) cost more than the rest
+ * of the lookup, so the keys themselves are remembered here, by a cheap hash of the bytes and
+ * the identity of the top-level name (held, so its address is not reused): a remembered key is
+ * the same object each time, and the cache's lookup finds it by identity. Bounded (direct
+ * mapped, a newer key replaces an older one); a miss only makes the key afresh. */
+#define KEY_MEMO_SLOTS 4096
+typedef struct {
+    PyObject *base;  /* the top-level annotation's name */
+    PyObject *key;   /* (base + ".", entry bytes) */
+    unsigned long long hash;
+} KeyMemo;
+static KeyMemo key_memo[KEY_MEMO_SLOTS];
+
+static PyObject *entry_key(PyObject *base, const unsigned char *bytes, Py_ssize_t size) {
+    unsigned long long hash = 1469598103934665603ULL ^ (unsigned long long)(uintptr_t)base;
+    for (Py_ssize_t i = 0; i < size; i++) hash = (hash ^ bytes[i]) * 1099511628211ULL;
+    hash ^= hash >> 29;
+    KeyMemo *slot = &key_memo[hash & (KEY_MEMO_SLOTS - 1)];
+    if (slot->base == base && slot->hash == hash) {
+        PyObject *raw = PyTuple_GET_ITEM(slot->key, 1);
+        if (PyBytes_GET_SIZE(raw) == size && memcmp(PyBytes_AS_STRING(raw), bytes, (size_t)size) == 0)
+            return Py_NewRef(slot->key);
+    }
+    PyObject *dot = PyUnicode_FromString(".");
+    PyObject *prefix = dot == NULL ? NULL : PyUnicode_Concat(base, dot);
+    Py_XDECREF(dot);
+    PyObject *raw = prefix == NULL ? NULL : PyBytes_FromStringAndSize((const char *)bytes, size);
+    PyObject *key = raw == NULL ? NULL : PyTuple_Pack(2, prefix, raw);
+    Py_XDECREF(prefix);
+    Py_XDECREF(raw);
+    if (key == NULL) return NULL;
+    Py_XSETREF(slot->base, Py_NewRef(base));
+    Py_XSETREF(slot->key, Py_NewRef(key));
+    slot->hash = hash;
+    return key;
+}
+
 /* One top-level annotation into attributes / meta (mirrors _decode_serialized's loop body). */
 static int top_level(Ctx *c, Py_ssize_t start, Py_ssize_t end, PyObject *attributes, PyObject **meta,
                      PyObject *meta_name, PyObject *cache, Py_ssize_t cache_limit, int *unusual) {
@@ -300,16 +339,11 @@ static int top_level(Ctx *c, Py_ssize_t start, Py_ssize_t end, PyObject *attribu
         result = 0;
         goto done;
     }
-    PyObject *dot = PyUnicode_FromString(".");
-    PyObject *prefix = dot == NULL ? NULL : PyUnicode_Concat(key, dot);
-    Py_XDECREF(dot);
-    if (prefix == NULL) goto done;
     for (int i = 0; i < f.n_entries; i++) {
         Py_ssize_t s = f.entries[i][0], e = f.entries[i][1];
-        PyObject *bytes = PyBytes_FromStringAndSize((const char *)c->data + s, e - s);
-        PyObject *entry = bytes == NULL ? NULL : PyTuple_Pack(2, prefix, bytes);
-        Py_XDECREF(bytes);
-        if (entry == NULL) goto loop_failed;
+        PyObject *entry = entry_key(key, c->data + s, e - s);
+        if (entry == NULL) goto done;
+        PyObject *prefix = PyTuple_GET_ITEM(entry, 0);
         PyObject *items = PyDict_GetItemWithError(cache, entry);
         if (items != NULL) {
             Py_INCREF(items);
@@ -344,8 +378,9 @@ static int top_level(Ctx *c, Py_ssize_t start, Py_ssize_t end, PyObject *attribu
         Py_DECREF(items);
     }
     result = 0;
+    goto done;
 loop_failed:
-    Py_DECREF(prefix);
+    result = -1;
 done:
     Py_XDECREF(key);
     fields_release(&f);
@@ -401,7 +436,11 @@ static int decode_event(const unsigned char *data, Py_ssize_t size, PyObject *na
     Ctx c = {data, names, values, lookup};
     Py_ssize_t event_start = 0, event_stop = 0;
     if (only_field(c.data, 0, size, 11, &event_start, &event_stop)) return -1; /* TracePacket.track_event */
+#if PY_VERSION_HEX < 0x030D0000
+    PyObject *attributes = _PyDict_NewPresized(16); /* a span has about a dozen: no resize on the way */
+#else
     PyObject *attributes = PyDict_New();
+#endif
     PyObject *meta = PyDict_New();
     if (attributes == NULL || meta == NULL) goto failed;
     int unusual = 0;
@@ -747,6 +786,8 @@ typedef struct {
     int has_sequence;
     unsigned long long sequence_id;
     PyObject *tables, *decoded, *clocks, *default_clock, *names, *values, *event_names, *correlations;
+    /* the last correlation string read and its trace id: a trace's spans come in runs */
+    PyObject *correlation_text, *trace_id;
 } Feed;
 
 static void feed_forget_sequence(Feed *f) {
@@ -763,6 +804,8 @@ static void feed_forget_sequence(Feed *f) {
 
 static void feed_release(Feed *f) {
     feed_forget_sequence(f);
+    Py_CLEAR(f->correlation_text);
+    Py_CLEAR(f->trace_id);
     Py_CLEAR(f->sequences);
     Py_CLEAR(f->open);
     Py_CLEAR(f->ended);
@@ -916,13 +959,19 @@ static int feed_begin(Feed *f, const unsigned char *data, Py_ssize_t size, Scan 
             text = utf8(data, p->correlation_start, p->correlation_stop);
             if (text == NULL) goto unusual_or_error;
         }
-        if (text != NULL) {
-            trace_id = PyUnicode_Check(text) ? PyLong_FromUnicodeObject(text, 16) : NULL;
+        if (text != NULL && f->correlation_text != NULL && PyUnicode_Check(text) &&
+            (text == f->correlation_text || PyUnicode_Compare(text, f->correlation_text) == 0)) {
             Py_DECREF(text);
+            trace_id = Py_NewRef(f->trace_id);
+        } else if (text != NULL) {
+            trace_id = PyUnicode_Check(text) ? PyLong_FromUnicodeObject(text, 16) : NULL;
             if (trace_id == NULL) {
+                Py_DECREF(text);
                 PyErr_Clear(); /* not hex: the Python code raises the reference's error */
                 goto unusual_or_error;
             }
+            Py_XSETREF(f->correlation_text, text);
+            Py_XSETREF(f->trace_id, Py_NewRef(trace_id));
         } else {
             trace_id = Py_NewRef(s_zero);
         }
