@@ -101,6 +101,23 @@ class TestCriticalPathAndSlack:
         assert [n.name for n in median.path] == ["A", "B", "D"]
 
 
+    def test_the_slowest_steps_alone_are_the_same_graphs(self, backend):
+        """step_graphs(slowest=1) of eight steps reads only that step's rows (the rest of the
+        node columns stay unread): its graph equals the one built from every row."""
+        spans = [span for i in range(8) for span in two_streams(i, base=1000 * i, stretch=200 if i == 5 else 10 * i)]
+        table = table_of(spans, backend)
+        (slowest,) = step_graphs(table, slowest=1)
+        full = {g.step: g for g in step_graphs(table)}
+        assert slowest.step == 5 and slowest.duration_ns == 300 * US
+
+        def shape(graph):
+            return [(n.kind, n.name, n.category, n.start, n.duration_ns, n.self_ns, n.elements, n.clock, n.lane,
+                     n.launch, n.source, n.checksum, n.layer, n.slack_ns, n.critical) for n in graph.nodes()]  # fmt: skip
+
+        assert shape(slowest) == shape(full[5])
+        assert [n.name for n in slowest.path] == [n.name for n in full[5].path] == ["A", "B", "D"]
+
+
 def _host_step(step: int, base: int = 0, longer: int = 0) -> list:
     """A host-timed step (see test_a_bricks_own_work_is_on_the_path) at T0 + base us, its
     rope brick ``longer`` us longer (and everything after it later)."""

@@ -123,10 +123,7 @@ def step_graphs(table: Table, slowest: int | None = None) -> list[StepGraph]:
     graphs are built in Python, about 10-20 us per span, so ``report`` bounds them.
     """
     be = table.backend
-    col = {name: be.to_list(table[name]) for name in (
-        "kind", "op", "start", "end", "self", "clock", "stream", "thread", "rank", "step",
-        "layer", "parent", "elements", "launch", "source", "checksum", "category",
-    )}  # fmt: skip
+    col = {name: be.to_list(table[name]) for name in ("kind", "start", "end", "rank", "step", "parent")}
     rows = len(col["kind"])
     children: list[list[int]] = [[] for _ in range(rows)]
     roots = []
@@ -143,6 +140,7 @@ def step_graphs(table: Table, slowest: int | None = None) -> list[StepGraph]:
     steps = [r for r, kind in enumerate(kinds) if kind == KIND_STEP and not _inside_step(r, col)]
     if slowest is not None and len(steps) > slowest:
         steps = sorted(sorted(steps, key=lambda r: (starts[r] - ends[r], r))[:slowest])
+    _fetch_node_columns(table, col, children, steps if steps else roots)
     graphs = []
     if steps:
         for row in steps:
@@ -159,6 +157,32 @@ def step_graphs(table: Table, slowest: int | None = None) -> list[StepGraph]:
             graphs.append(_finish(root, None, table.ranks[rank]))
     graphs.sort(key=lambda g: (g.rank, -1 if g.step is None else g.step, g.root.start))
     return graphs
+
+
+#: The columns a Node is made of, beyond those step_graphs reads for every row.
+_NODE_COLUMNS = ("op", "self", "clock", "stream", "thread", "layer", "elements", "launch", "source", "checksum")
+
+
+def _fetch_node_columns(table: Table, col: dict[str, list[Any]], children: list[list[int]], tops: list[int]) -> None:
+    """Add the node columns to ``col`` for the rows under ``tops``: whole columns when that is
+    most rows, else only those rows (the rest None), so a report's few slowest steps of a
+    large trace do not turn every column of every span into Python objects."""
+    rows = len(col["kind"])
+    wanted: list[int] = []
+    stack = list(tops)
+    while stack:
+        r = stack.pop()
+        wanted.append(r)
+        stack.extend(children[r])
+    be = table.backend
+    for name in _NODE_COLUMNS:
+        if 4 * len(wanted) >= rows:
+            col[name] = be.to_list(table[name])
+            continue
+        values: list[Any] = [None] * rows
+        for r, value in zip(wanted, be.take(table[name], wanted)):
+            values[r] = value
+        col[name] = values
 
 
 def _inside_step(row: int, col: dict[str, list[Any]]) -> bool:
