@@ -7,6 +7,7 @@ Example::
     python benchmarks/analysis.py reader --spans 50000         # reading: ReadableSpans vs SpanRecords
     python benchmarks/analysis.py engines --spans 200000       # numpy vs pure Python (vs polars)
     python benchmarks/analysis.py pipeline --spans 1000000 --json
+    python benchmarks/analysis.py pipeline --trace big.pftrace --no-pure-python   # a file written before
 
 Sections:
 
@@ -202,9 +203,11 @@ def _child_pipeline(path: str, backend: str) -> dict[str, Any]:
     }
 
 
-def pipeline(spans: int, backend: str, pure_python: bool = True) -> dict[str, Any]:
+def pipeline(spans: int, backend: str, pure_python: bool = True, trace: str | None = None) -> dict[str, Any]:
     """The pipeline with the C accelerators as installed, then (unless ``pure_python`` is
-    False: at 10M it takes minutes) with ``BRICKSCOPE_PURE_PYTHON=1``, on the same file."""
+    False: at 10M it takes minutes) with ``BRICKSCOPE_PURE_PYTHON=1``, on the same file.
+    ``trace``: a file written before by :func:`write_pftrace` (writing 10M spans takes
+    longer than reading them), analysed instead of a new one."""
 
     def child(path: str, **env: str) -> dict[str, Any]:
         out = subprocess.run(
@@ -214,9 +217,10 @@ def pipeline(spans: int, backend: str, pure_python: bool = True) -> dict[str, An
         return json.loads(out.stdout)
 
     with tempfile.TemporaryDirectory() as directory:
-        path = os.path.join(directory, "trace.pftrace")
+        path = trace or os.path.join(directory, "trace.pftrace")
         started = time.perf_counter()
-        write_pftrace(path, spans)
+        if trace is None:
+            write_pftrace(path, spans)
         written = time.perf_counter() - started
         size = os.path.getsize(path)
         result = child(path)
@@ -381,12 +385,13 @@ def main() -> None:
     parser.add_argument(
         "--no-pure-python", action="store_true", help="pipeline: skip the BRICKSCOPE_PURE_PYTHON=1 run"
     )
+    parser.add_argument("--trace", help="pipeline: analyse this file (written before by write_pftrace)")
     args = parser.parse_args()
     if args.section == "_child":
         print(json.dumps(_child_pipeline(*args.args)))
         return
     if args.section == "pipeline":
-        result = pipeline(args.spans, args.backend, pure_python=not args.no_pure_python)
+        result = pipeline(args.spans, args.backend, pure_python=not args.no_pure_python, trace=args.trace)
     elif args.section == "live":
         result = live()
     elif args.section == "reader":
