@@ -4,17 +4,22 @@
 Two measurements, each in one process, cases interleaved:
 
 ``cpu_pct_of_core``: a decode server at 50 tokens/s with 320 bricks per token (32
-layers x 10 bricks, host clock) is 16,000 bricks/s. The loop runs paced at that
-rate for ``--seconds`` per case; the process's CPU time (every thread: the app,
-brickscope's resolver thread, the SDK's BatchSpanProcessor and metric reader
-threads, OTLP/HTTP protobuf encoding) minus the same paced loop without
-brickscope, over the seconds of traffic, is the percent of one core brickscope
-plus export costs. Spans and metrics (1 s export interval) go by OTLP/HTTP to a
-receiver on 127.0.0.1 in a separate process (its CPU is not counted). Cases:
-``metrics_only`` (the OTel sampler keeps no trace; every brick still in the
-metrics), ``metrics_only_histogram_all`` (the same with
+layers x 10 bricks, host clock) is 16,000 bricks/s. Each case runs paced at that
+rate: set-up and 1 s of warm-up (then a flush), then a measured window of
+``--seconds`` that ends when the export pipelines have flushed what it produced.
+The CPU time of every thread over the window (the app, brickscope's resolver
+thread, the SDK's BatchSpanProcessor and metric reader threads, OTLP/HTTP protobuf
+encoding, the final flush), minus the same paced loop without brickscope measured
+in the same round, is the percent of one core brickscope plus export costs, split
+by thread in ``cpu_pct_of_core_by_thread``. Rounds interleave the baseline and every
+case; the figure is the median round (``--rounds``, every round listed). Spans and
+metrics (``--metric-export-interval-millis``, 1 s by default: 60x the SDK's default,
+the harsh case) go by OTLP/HTTP to a receiver on 127.0.0.1 in a separate process
+(its CPU is not counted). Cases: ``metrics_only`` (the OTel sampler keeps no trace;
+every brick still in the metrics), ``metrics_only_histogram_all`` (the same with
 ``duration_histogram="all"``: one OTel SDK ``Histogram.record`` per brick, the
-distribution's cost), ``sampled_1_in_100`` (``step_sampling="every=100"``), ``full`` (every
+distribution's cost), ``sampled_1_in_100`` (``step_sampling="every=100"``; windows of
+an even number of seconds hold exactly one sampled step per 2 s), ``full`` (every
 step traced); all with ``resolver="thread"``.
 
 ``launch_bound_overhead_pct``: the decode step of ``sync_modes.py`` (one brick
@@ -27,6 +32,7 @@ Usage::
 
     python benchmarks/always_on.py            # a table
     python benchmarks/always_on.py --json     # one JSON object (keys above, plus details)
+    python benchmarks/always_on.py --cpu-only --rounds 3 --seconds 4   # the CPU cases only, quicker
 
 Uses the simulated driver (tests/simdriver, built with the system C compiler):
 brickscope's host-side cost against cheap C driver calls, not a real GPU.
@@ -35,11 +41,13 @@ brickscope's host-side cost against cheap C driver calls, not a real GPU.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from typing import Any
 
@@ -101,7 +109,7 @@ class Receiver:
 def paced_tokens(bs: Any, seconds: float, first_step: int) -> int:
     """Decode tokens at 50/s (320 bricks each) for ``seconds``; returns bricks recorded."""
     period = LAYERS * BRICKS / BRICKS_PER_S
-    tokens = int(seconds / period)
+    tokens = round(seconds / period)
     start = time.perf_counter()
     for token in range(tokens):
         if bs is None:
@@ -121,8 +129,91 @@ def paced_tokens(bs: Any, seconds: float, first_step: int) -> int:
     return tokens * LAYERS * BRICKS
 
 
-def cpu_case(case: str, endpoint: str, seconds: float) -> dict[str, float]:
-    """CPU seconds of one paced run of ``case``, export and final flush included."""
+class ThreadClocks:
+    """CPU time of each live thread (by name) and of the whole process, read together."""
+
+    def __init__(self) -> None:
+        self.process = time.process_time()
+        self.threads: dict[str, float] = {}
+        for thread in threading.enumerate():
+            try:
+                clock = time.pthread_getcpuclockid(thread.ident)
+                cpu = time.clock_gettime(clock)
+            except (OSError, TypeError):  # the thread ended meanwhile
+                continue
+            self.threads[_role(thread)] = self.threads.get(_role(thread), 0.0) + cpu
+
+    def since(self, before: ThreadClocks) -> dict[str, float]:
+        """CPU seconds per role between ``before`` and now; ``other``: threads that came and
+        went between the two readings (the rest of the process total)."""
+        spent = {role: cpu - before.threads.get(role, 0.0) for role, cpu in self.threads.items()}
+        spent = {role: cpu for role, cpu in spent.items() if cpu > 0}
+        spent["other"] = max(0.0, (self.process - before.process) - sum(spent.values()))
+        return spent
+
+
+def _role(thread: threading.Thread) -> str:
+    """The thread's role in the measurement: the names the SDK and brickscope give their threads."""
+    if thread is threading.main_thread():
+        return "application"
+    name = thread.name
+    for prefix, role in (
+        ("brickscope-resolver", "resolver"),
+        ("OtelBatchSpan", "batch_span_processor"),
+        ("OtelPeriodicExportingMetricReader", "metric_reader"),
+    ):
+        if name.startswith(prefix):
+            return role
+    return "other"
+
+
+class GcClock:
+    """Wall time the cyclic GC spent collecting (any thread), through ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = 0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+            self.collections += 1
+
+
+def flush_apart(session: Any, meters: Any) -> float:
+    """Flush spans (every span of the window resolved, batched, encoded and sent) and
+    metrics (collected and sent once more) on a thread of its own; its CPU seconds."""
+    spent = []
+
+    def flush() -> None:
+        cpu = time.thread_time()
+        session.force_flush()
+        meters.force_flush()
+        spent.append(time.thread_time() - cpu)
+
+    thread = threading.Thread(target=flush, name="window-flush")
+    thread.start()
+    thread.join()
+    return spent[0]
+
+
+#: Tokens paced before the measured window of each case: imports, caches and the first
+#: sampled step are warm, and a flush empties every queue before the window opens.
+WARMUP_TOKENS = 50
+
+
+def cpu_case(case: str, endpoint: str, seconds: float, export_interval_millis: int) -> dict[str, Any]:
+    """CPU of one paced window of ``case``: every thread of the process from the window's
+    first token until the export pipelines have flushed what it produced.
+
+    Set-up, warm-up and shutdown are outside the window (a server pays them once): the
+    window holds the steady state, and ends with a flush of spans and metrics so every
+    span it produced is encoded and sent inside it. Step numbers continue from the
+    warm-up, so a window of ``2 * k`` seconds holds exactly ``k`` steps sampled 1 in 100.
+    """
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.metrics import MeterProvider
@@ -133,14 +224,17 @@ def cpu_case(case: str, endpoint: str, seconds: float) -> dict[str, float]:
 
     import brickscope as bs
 
-    cpu0 = time.process_time()
+    gc_clock = GcClock()
     if case == "baseline":
-        bricks = paced_tokens(None, seconds, 0)
-        return {"cpu_s": time.process_time() - cpu0, "bricks": bricks}
+        paced_tokens(None, WARMUP_TOKENS * LAYERS * BRICKS / BRICKS_PER_S, 0)
+        before = ThreadClocks()
+        bricks = paced_tokens(None, seconds, WARMUP_TOKENS)
+        return {"cpu_s": ThreadClocks().since(before), "bricks": bricks}
+    cpu0 = time.process_time()
     provider = TracerProvider(sampler=ALWAYS_OFF if case.startswith("metrics_only") else ALWAYS_ON)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")))
     reader = PeriodicExportingMetricReader(
-        OTLPMetricExporter(endpoint=f"{endpoint}/v1/metrics"), export_interval_millis=1000
+        OTLPMetricExporter(endpoint=f"{endpoint}/v1/metrics"), export_interval_millis=export_interval_millis
     )
     meters = MeterProvider(metric_readers=[reader])
     session = bs.configure(
@@ -152,51 +246,90 @@ def cpu_case(case: str, endpoint: str, seconds: float) -> dict[str, float]:
         duration_histogram="all" if case == "metrics_only_histogram_all" else None,
         max_delay_millis=100,
     )
-    bricks = paced_tokens(bs, seconds, 0)
-    stats_before_shutdown = session.stats()
+    paced_tokens(bs, WARMUP_TOKENS * LAYERS * BRICKS / BRICKS_PER_S, 0)
+    session.force_flush()
+    meters.force_flush()
+    setup_cpu = time.process_time() - cpu0
+    stats_before = session.stats()
+    gc.callbacks.append(gc_clock)
+    before = ThreadClocks()
+    try:
+        bricks = paced_tokens(bs, seconds, WARMUP_TOKENS)
+        flush_s = flush_apart(session, meters)
+        cpu = ThreadClocks().since(before)
+        cpu["other"] = max(0.0, cpu.get("other", 0.0) - flush_s)
+        cpu["final_flush"] = flush_s
+    finally:
+        gc.callbacks.remove(gc_clock)
+    stats = session.stats()
+    cpu1 = time.process_time()
     session.shutdown()
     provider.shutdown()
     meters.shutdown()
-    cpu = time.process_time() - cpu0
-    stats = session.stats()
+    window = {key: stats[key] - stats_before.get(key, 0) for key in stats if isinstance(stats[key], int)}
     return {
         "cpu_s": cpu,
         "bricks": bricks,
-        "spans_emitted": stats_before_shutdown["spans_emitted"],
-        "forced_syncs": stats_before_shutdown["forced_syncs"],
-        # brickscope's self-telemetry, for comparison with what was measured here
+        "gc_s": gc_clock.seconds,
+        "gc_collections": gc_clock.collections,
+        "setup_warmup_shutdown_cpu_s": setup_cpu + time.process_time() - cpu1,
+        "spans_emitted": window["spans_emitted"],
+        "forced_syncs": window["forced_syncs"],
+        # brickscope's self-telemetry over the window, for comparison with what was measured here
         "export_bytes_reported": stats["export_bytes"],
-        "record_cpu_ns_estimated_per_brick": round(stats["record_cpu_ns_estimated"] / bricks),
+        "record_cpu_ns_estimated_per_brick": round(window["record_cpu_ns_estimated"] / bricks),
         "resolution_cpu_ns_per_brick": round(
-            (stats["resolution_cpu_ns_app"] + stats["resolution_cpu_ns_worker"]) / bricks
+            (window["resolution_cpu_ns_app"] + window["resolution_cpu_ns_worker"]) / bricks
         ),
     }
 
 
-def measure_cpu(seconds: float, rounds: int) -> dict[str, Any]:
+def measure_cpu(seconds: float, rounds: int, export_interval_millis: int = 1000) -> dict[str, Any]:
+    """Rounds of [baseline, each case], interleaved; per case the median round (and every
+    round), in percent of one core at 16,000 bricks/s, with its CPU split by thread."""
     results: dict[str, list[float]] = {case: [] for case in CASES}
-    details: dict[str, Any] = {}
+    by_thread: dict[str, list[dict[str, float]]] = {case: [] for case in CASES}
+    details: dict[str, list[dict[str, Any]]] = {case: [] for case in CASES}
     reported = 0
     with Receiver() as receiver:
         for _ in range(rounds):
-            base = cpu_case("baseline", receiver.endpoint, seconds)
-            base_per_brick = base["cpu_s"] / base["bricks"]
+            base = cpu_case("baseline", receiver.endpoint, seconds, export_interval_millis)
+            base_s_per_brick = sum(base["cpu_s"].values()) / base["bricks"]
             for case in CASES:
-                run = cpu_case(case, receiver.endpoint, seconds)
-                extra_s_per_brick = run["cpu_s"] / run["bricks"] - base_per_brick
+                run = cpu_case(case, receiver.endpoint, seconds, export_interval_millis)
+                per_brick = {role: cpu / run["bricks"] for role, cpu in run["cpu_s"].items()}
+                per_brick["application"] = per_brick.get("application", 0.0) - base_s_per_brick
+                extra_s_per_brick = sum(per_brick.values())
                 results[case].append(100 * extra_s_per_brick * BRICKS_PER_S)
-                details[case] = {k: v for k, v in run.items() if k != "cpu_s"}
-                details[case]["cpu_ns_per_brick_measured"] = round(extra_s_per_brick * 1e9)
+                by_thread[case].append({role: 100 * v * BRICKS_PER_S for role, v in per_brick.items()})
+                detail = {k: v for k, v in run.items() if k != "cpu_s"}
+                detail["cpu_ns_per_brick_measured"] = round(extra_s_per_brick * 1e9)
+                detail["baseline_cpu_ns_per_brick"] = round(base_s_per_brick * 1e9)
+                details[case].append(detail)
                 reported += run["export_bytes_reported"]
-    details["export_bytes_received"] = receiver.bytes_received
-    # brickscope.export.bytes over every case and round against the receiver's count
-    details["span_export_bytes_received"] = receiver.trace_bytes_received
-    details["span_export_bytes_reported_by_brickscope"] = reported
-    return {
-        "cpu_pct_of_core": {case: round(min(values), 2) for case, values in results.items()},
-        "cpu_pct_of_core_all_rounds": {case: [round(v, 2) for v in values] for case, values in results.items()},
-        "cpu_details": details,
+    medians = {case: statistics.median(values) for case, values in results.items()}
+    median_round = {
+        case: min(range(rounds), key=lambda i, case=case: abs(results[case][i] - medians[case])) for case in CASES
     }
+    return {
+        "cpu_pct_of_core": {case: round(value, 2) for case, value in medians.items()},
+        "cpu_pct_of_core_statistic": f"median of {rounds} rounds of {seconds:g} s (baseline subtracted per round)",
+        "cpu_pct_of_core_all_rounds": {case: [round(v, 2) for v in values] for case, values in results.items()},
+        "cpu_pct_of_core_by_thread": {
+            case: {role: round(statistics.median(r.get(role, 0.0) for r in rounds_), 3) for role in _roles(rounds_)}
+            for case, rounds_ in by_thread.items()
+        },
+        "cpu_details": {case: details[case][median_round[case]] for case in CASES},
+        # brickscope.export.bytes over every case and round against the receiver's count
+        "export_bytes_received": receiver.bytes_received,
+        "span_export_bytes_received": receiver.trace_bytes_received,
+        "span_export_bytes_reported_by_brickscope": reported,
+        "metric_export_interval_millis": export_interval_millis,
+    }
+
+
+def _roles(rounds: list[dict[str, float]]) -> list[str]:
+    return sorted({role for r in rounds for role in r})
 
 
 def measure_launch_bound(steps: int, rounds: int, launch_us: float) -> dict[str, Any]:
@@ -232,21 +365,32 @@ def measure_launch_bound(steps: int, rounds: int, launch_us: float) -> dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0, help="paced traffic per CPU case")
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (best is reported)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured paced traffic per CPU case")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (the median is reported)")
+    parser.add_argument("--rounds-launch", type=int, default=2, help="interleaved launch-bound rounds")
+    parser.add_argument(
+        "--metric-export-interval-millis", type=int, default=1000, help="the metric reader's interval (SDK: 60000)"
+    )
+    parser.add_argument("--cpu-only", action="store_true", help="skip the launch-bound sweep")
     parser.add_argument("--steps", type=int, default=9, help="decode steps per launch-bound measurement")
     parser.add_argument("--launch-us", type=float, default=5.0, help="host cost of one simulated launch")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     results: dict[str, Any] = {}
-    results.update(measure_launch_bound(args.steps, args.rounds, args.launch_us))
-    results.update(measure_cpu(args.seconds, args.rounds))
+    if not args.cpu_only:
+        results.update(measure_launch_bound(args.steps, args.rounds_launch, args.launch_us))
+    results.update(measure_cpu(args.seconds, args.rounds, args.metric_export_interval_millis))
     if args.json:
         print(json.dumps(results))
         return 0
-    print(f"CPU of brickscope + OTLP export at {BRICKS_PER_S} bricks/s, % of one core (best of rounds):")
+    print(f"CPU of brickscope + OTLP export at {BRICKS_PER_S} bricks/s, % of one core")
+    print(f"({results['cpu_pct_of_core_statistic']}; every round in brackets):")
     for case, pct in results["cpu_pct_of_core"].items():
-        print(f"  {case:<18} {pct:7.2f} %")
+        rounds = ", ".join(f"{v:.2f}" for v in results["cpu_pct_of_core_all_rounds"][case])
+        threads = ", ".join(f"{role} {v:.2f}" for role, v in results["cpu_pct_of_core_by_thread"][case].items())
+        print(f"  {case:<27} {pct:7.2f} %  [{rounds}]  ({threads})")
+    if "launch_bound_overhead_pct" not in results:
+        return 0
     print("deferred overhead in a launch-bound loop (1 brick per kernel), % of the step:")
     print(f"  {'kernel us':<10} {'thread':>8} {'inline':>8}")
     for kernel_us, pct in results["launch_bound_overhead_pct"].items():
