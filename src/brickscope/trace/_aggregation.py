@@ -32,10 +32,8 @@ from typing import Any
 from opentelemetry import metrics as otel_metrics
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
-from opentelemetry.trace import INVALID_SPAN, NonRecordingSpan
 
 from brickscope import environment_variables as env
-from brickscope._otel_context import EMPTY_CONTEXT, with_span
 from brickscope.analysis._backend import PythonBackend, get_backend
 from brickscope.analysis._table import Table, TableBuilder
 from brickscope.trace import _totals
@@ -51,12 +49,6 @@ from brickscope.trace.attributes import (
 from brickscope.version import __version__
 
 logger = logging.getLogger(__name__)
-
-#: The context metrics of a brick without a span are recorded in: no span, so no exemplar
-#: (an empty Context would not do: the SDK takes a falsy context as "the current one",
-#: which may be an unrelated sampled span).
-_NO_SPAN = with_span(EMPTY_CONTEXT, INVALID_SPAN)
-
 
 #: Histogram boundaries, seconds: 1 us to 10 s in 1-2.5-5 steps. The SDK's defaults
 #: (0 to 10000) assume milliseconds and would put every brick in the first bucket.
@@ -151,20 +143,19 @@ class CategoryAggregator(SpanProcessor):
         # Exemplars cost a context per span; only an SDK MeterProvider can keep them.
         self._exemplars = isinstance(meter_provider, SdkMeterProvider)
         self._totals = _totals.for_meter_provider(meter_provider)
-        self._duration = None
+        self._duration = None  # aggregated by brickscope, handed to the SDK per collection (_totals)
         if self.duration_histogram != "off":
-            self._duration = meter_provider.get_meter("brickscope", __version__).create_histogram(
+            instrument = meter_provider.get_meter("brickscope", __version__).create_histogram(
                 A.METRIC_BRICK_DURATION,
                 unit="s",
                 description="Self time of a brick (nested bricks excluded).",
                 explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
             )
+            self._duration = self._totals.duration_histogram(instrument, DURATION_BUCKETS_S)
         self.max_spans = _max_spans() if max_spans is None else max_spans
         if self.max_spans < 0:
             raise ValueError(f"brickscope: max_spans must be >= 0, got {self.max_spans}")
         self._rows = TableBuilder(max_rows=self.max_spans)
-        # (brick, category) -> metric labels: one lookup per span
-        self._labels: dict[tuple[str, str], dict[str, str]] = {}
         self.errors = 0
         #: Bricks folded into the metrics without a span (unsampled), not in the report.
         self.unsampled_bricks = 0
@@ -188,10 +179,8 @@ class CategoryAggregator(SpanProcessor):
             if self_ns is None:  # not resolved by brickscope: no nesting information
                 self_ns = span.end_time - span.start_time
             self._totals.add(name, category, self_ns, attributes.get(BRICK_ELEMENTS, 0))
-            if self._duration is not None:
-                # The context the SDK reads exemplars from: this span as the current one.
-                context = with_span(EMPTY_CONTEXT, NonRecordingSpan(span.context)) if self._exemplars else None
-                self._duration.record(self_ns / 1e9, self._labels_of(name, category), context=context)
+            if self._duration is not None:  # with this span's context for an exemplar
+                self._duration.add(name, category, self_ns, span.context if self._exemplars else None)
         except Exception:
             self._failed()
 
@@ -206,17 +195,9 @@ class CategoryAggregator(SpanProcessor):
             self.unsampled_bricks += sum(count for count, _, _ in sums.values())
             self._totals.merge(sums)
             if self.duration_histogram == "all":
-                record, labels_of = self._duration.record, self._labels_of
-                for name, category, self_ns in values:
-                    record(self_ns / 1e9, labels_of(name, category), context=_NO_SPAN)
+                self._duration.add_many(values)
         except Exception:
             self._failed()
-
-    def _labels_of(self, name: str, category: str) -> dict[str, str]:
-        labels = self._labels.get((name, category))
-        if labels is None:
-            labels = self._labels[(name, category)] = {BRICK_NAME: name, BRICK_CATEGORY: category}
-        return labels
 
     def _failed(self) -> None:
         self.errors += 1
