@@ -214,8 +214,8 @@ def configure(
             it, the application thread only records.
         duration_histogram: which bricks the ``brickscope.brick.duration`` histogram
             records: ``"sampled"`` (default, or ``BRICKSCOPE_DURATION_HISTOGRAM``: the
-            bricks that have a span, with exemplars), ``"all"`` (every brick: one OTel
-            SDK call each) or ``"off"``. Exact count, self time and elements of every
+            bricks that have a span, with exemplars), ``"all"`` (every brick; brickscope
+            aggregates the histogram, ~0.8 us a value) or ``"off"``. Exact count, self time and elements of every
             brick are observable counters either way.
 
     Raises:

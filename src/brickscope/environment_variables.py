@@ -32,6 +32,6 @@ BRICKSCOPE_RESOLVER = "BRICKSCOPE_RESOLVER"
 
 #: Which bricks the ``brickscope.brick.duration`` histogram records
 #: (``configure(duration_histogram=...)``): ``sampled`` (default: those with a span),
-#: ``all`` (one OTel SDK call per brick) or ``off``. Exact count, self time and elements
+#: ``all`` (every brick; aggregated by brickscope, ~0.8 us each) or ``off``. Exact count, self time and elements
 #: of every brick are counted either way.
 BRICKSCOPE_DURATION_HISTOGRAM = "BRICKSCOPE_DURATION_HISTOGRAM"

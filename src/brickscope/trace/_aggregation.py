@@ -116,7 +116,8 @@ class CategoryAggregator(SpanProcessor):
     Metrics, labelled by brick and category: exact totals of every brick, sampled or
     not, as observable counters read once per collection (``brickscope.brick.count``,
     ``brickscope.brick.self_time``, ``brickscope.brick.elements``; see ``_totals``), and
-    the ``brickscope.brick.duration`` histogram, which costs one SDK call per value.
+    the ``brickscope.brick.duration`` histogram (aggregated in ``_totals`` too, handed to
+    the SDK once per collection).
 
     Args:
         meter_provider: where the metrics go; default: the global MeterProvider

@@ -6,8 +6,7 @@ Every brick, sampled or not, is added here: one dictionary update per brick span
 one per (brick, category) per resolution batch for the bricks that produce no span. No
 SDK call per brick: the counters are read once per collection. The OTel Python SDK
 (1.45) offers no way to hand it pre-aggregated points (no MetricProducer, no observable
-histogram), so exact totals are observable counters; a distribution costs one
-``Histogram.record`` per brick (see ``CategoryAggregator``'s ``duration_histogram``).
+histogram), so exact totals are observable counters.
 
 The ``brickscope.brick.duration`` histogram is aggregated here as well
 (:class:`DurationHistogram`: bucket counts, sum, min and max per (brick, category), about
