@@ -1924,6 +1924,566 @@ static PyObject *init_scopes(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- SpanMaker: SpanBuilder.build's common case in C ---------------------------- */
+
+/* SpanBuilder.build (trace/_spans.py) for an ordinary record: a step, layer, brick or
+ * kernel scope with no notes from user code, no exception, not a record_gpu brick.
+ * The ReadableSpan is made without running its Python __init__ (its instance dict is
+ * filled with what __init__ would store: SpanBuilder checks once, on a probe span, that
+ * the SDK's __init__ stores exactly that), the SpanContexts as _otel_context's fast form.
+ * Every check that can send a record to the Python builder runs before anything is
+ * changed (self time credited, GPU marks released, ids assigned), so a record is built
+ * by one side only. GPU intervals are the Python builder's _gpu_interval (its C marker). */
+
+enum {
+    K_SCOPE_KIND, K_HOST_START, K_HOST_DURATION, K_THREAD_ID, K_THREAD_NAME, K_GPU_DURATION, K_GPU_DEVICE,
+    K_GPU_STREAM, K_GPU_ERROR, K_CLOCK, K_BRICK_NAME, K_BRICK_CATEGORY, K_LAYER_INDEX, K_STEP_NUMBER, K_SELF,
+    K_ELEMENTS, K_KERNEL_NAME, K_KERNEL_HASH, K_COUNT
+};
+/* the ReadableSpan's instance dict, in __init__'s order */
+enum {
+    F_NAME, F_CONTEXT, F_KIND, F_INFO, F_SCOPE, F_PARENT, F_START, F_END, F_ATTRIBUTES, F_EVENTS, F_LINKS,
+    F_RESOURCE, F_STATUS, F_COUNT
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *span_type, *context_type, *keys, *fields, *clock_host, *clock_cuda, *epoch, *thread_names, *counts,
+        *gpu_interval, *resolved, *resolve, *hash_of, *sampled, *trace_state, *span_kind, *status, *scope,
+        *getrandbits, *id_lock, *assign_span_id, *id_generator, *provider;
+} SpanMakerObject;
+
+#define SPANMAKER_FIELDS(X)                                                                                     \
+    X(span_type) X(context_type) X(keys) X(fields) X(clock_host) X(clock_cuda) X(epoch) X(thread_names) X(counts) \
+    X(gpu_interval) X(resolved) X(resolve) X(hash_of) X(sampled) X(trace_state) X(span_kind) X(status) X(scope)   \
+    X(getrandbits) X(id_lock) X(assign_span_id) X(id_generator) X(provider)
+
+static PyObject *g_empty_str, *g_empty_tuple;
+static PyObject *s_span_id, *s_resource, *s_gpu_timing_errors, *s_device, *s_handle, *s_hex16, *s_sixty_four;
+
+#define KEY(m, k) PyTuple_GET_ITEM((m)->keys, k)
+
+/* Whether the record's fields the builder reads are all set. */
+static int record_complete(RecordObject *r) {
+    return r->owner && r->link && r->parent && r->otel_parent && r->trace_id && r->span_id && r->span_context &&
+           r->thread_id && r->host_start && r->host_end && r->stream && r->start_mark && r->end_mark &&
+           r->gpu_error && r->error && r->nested_ns && r->gpu_first && r->gpu_last && r->enclosing && r->notes;
+}
+
+/* (brick info, layer index, step number) of rec or the scopes around it, memoised on each
+ * record (_spans._enclosing; memo 0: not on rec itself, whose children have all been
+ * resolved when it is). New reference; NULL with an error, or NULL without one when
+ * a record in the chain is not one the C side reads (the Python builder takes it). */
+static PyObject *enclosing_of(SpanMakerObject *m, RecordObject *rec, int memo) {
+    if (rec->enclosing != NULL && rec->enclosing != Py_None) {
+        if (!PyTuple_CheckExact(rec->enclosing) || PyTuple_GET_SIZE(rec->enclosing) != 3) return NULL;
+        Py_INCREF(rec->enclosing);
+        return rec->enclosing;
+    }
+    PyObject *owner = rec->owner;
+    if (owner == NULL || !PyObject_TypeCheck(owner, &ScopeBaseType) || rec->link == NULL) return NULL;
+    PyObject *outer = NULL;
+    if (rec->link != Py_None) {
+        if (!Record_Check(rec->link)) return NULL;
+        outer = enclosing_of(m, (RecordObject *)rec->link, 1);
+        if (outer == NULL) return NULL;
+    }
+    long kind = owner_kind(owner);
+    if (kind < 0) {
+        Py_XDECREF(outer);
+        return NULL;
+    }
+    PyObject *brick = outer ? PyTuple_GET_ITEM(outer, 0) : Py_None;
+    PyObject *layer = outer ? PyTuple_GET_ITEM(outer, 1) : Py_None;
+    PyObject *step = outer ? PyTuple_GET_ITEM(outer, 2) : Py_None;
+    PyObject *info = NULL;
+    ScopeObject *scope = (ScopeObject *)owner;
+    if (kind == KIND_BRICK) { /* _catalog.resolve(name, category), its memo read directly */
+        PyObject *key = PyTuple_Pack(2, scope->name ? scope->name : Py_None, scope->category ? scope->category : Py_None);
+        if (key == NULL) goto fail;
+        info = PyDict_GetItemWithError(m->resolved, key);
+        if (info != NULL) {
+            Py_INCREF(info);
+        } else if (!PyErr_Occurred()) {
+            info = PyObject_Call(m->resolve, key, NULL);
+        }
+        Py_DECREF(key);
+        if (info == NULL) goto fail;
+        brick = info;
+    } else if (kind == 1) {
+        if (scope->index == NULL) goto fail;
+        layer = scope->index;
+    } else if (kind == 0) {
+        if (scope->index == NULL) goto fail;
+        step = scope->index;
+    }
+    PyObject *found = PyTuple_Pack(3, brick, layer, step);
+    Py_XDECREF(info);
+    Py_XDECREF(outer);
+    if (found == NULL) return NULL;
+    if (memo) { /* read by the record's later children; the record being built has none left */
+        Py_INCREF(found);
+        Py_XSETREF(rec->enclosing, found);
+    }
+    return found;
+fail:
+    Py_XDECREF(info);
+    Py_XDECREF(outer);
+    return NULL;
+}
+
+/* rec's SpanContext, made once (_spans.SpanBuilder._span_context). New reference. */
+static PyObject *span_context_of(SpanMakerObject *m, RecordObject *rec) {
+    if (rec->span_context != Py_None) {
+        Py_INCREF(rec->span_context);
+        return rec->span_context;
+    }
+    int has_id = is_true(rec->span_id);
+    if (has_id < 0) return NULL;
+    if (!has_id) {
+        if (m->getrandbits == Py_None) { /* another id generator: _otel_context.assign_span_id */
+            PyObject *id = PyObject_CallFunctionObjArgs(m->assign_span_id, (PyObject *)rec, m->id_generator, NULL);
+            if (id == NULL) return NULL;
+            Py_DECREF(id);
+        } else { /* RandomIdGenerator.generate_span_id, under assign_span_id's lock */
+            PyObject *got = PyObject_CallMethodNoArgs(m->id_lock, s_acquire);
+            if (got == NULL) return NULL;
+            Py_DECREF(got);
+            PyObject *id = NULL;
+            int set_meanwhile = is_true(rec->span_id);
+            if (set_meanwhile == 0) {
+                for (;;) {
+                    id = PyObject_CallOneArg(m->getrandbits, s_sixty_four);
+                    if (id == NULL) break;
+                    int nonzero = PyObject_IsTrue(id);
+                    if (nonzero != 0) {
+                        if (nonzero < 0) Py_CLEAR(id);
+                        break;
+                    }
+                    Py_DECREF(id);
+                }
+                if (id != NULL) Py_XSETREF(rec->span_id, id);
+            }
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            PyObject *released = PyObject_CallMethodNoArgs(m->id_lock, s_release);
+            if (released == NULL) {
+                Py_XDECREF(type);
+                Py_XDECREF(value);
+                Py_XDECREF(traceback);
+                return NULL;
+            }
+            Py_DECREF(released);
+            PyErr_Restore(type, value, traceback);
+            if (PyErr_Occurred()) return NULL;
+        }
+    }
+    PyObject *items = PyTuple_Pack(6, rec->trace_id, rec->span_id, Py_False, m->sampled, m->trace_state, Py_True);
+    if (items == NULL) return NULL;
+    PyObject *args = PyTuple_Pack(1, items);
+    Py_DECREF(items);
+    if (args == NULL) return NULL;
+    PyObject *context = PyTuple_Type.tp_new((PyTypeObject *)m->context_type, args, NULL); /* tuple.__new__ */
+    Py_DECREF(args);
+    if (context == NULL) return NULL;
+    /* Immutable, and its items (ints, bools, the shared flags and trace state) cannot refer
+     * back to it: it can be in no cycle, so the cyclic GC need not track it (what CPython
+     * does itself for tuples of untracked items). One GC-tracked object less per span. */
+    if (PyObject_GC_IsTracked(context)) PyObject_GC_UnTrack(context);
+    Py_INCREF(context);
+    Py_XSETREF(rec->span_context, context);
+    return context;
+}
+
+static int set_key(PyObject *dict, PyObject *key, PyObject *value) {
+    if (value == NULL) return -1;
+    int rc = PyDict_SetItem(dict, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+/* _widen_extent: grow rec's GPU extent to cover [start, end]. */
+static int widen_extent(RecordObject *rec, PyObject *start, PyObject *end) {
+    int first_set = is_true(rec->gpu_first);
+    if (first_set < 0) return -1;
+    int earlier = first_set ? PyObject_RichCompareBool(start, rec->gpu_first, Py_LT) : 1;
+    if (earlier < 0) return -1;
+    if (earlier) {
+        Py_INCREF(start);
+        Py_XSETREF(rec->gpu_first, start);
+    }
+    int later = PyObject_RichCompareBool(end, rec->gpu_last, Py_GT);
+    if (later < 0) return -1;
+    if (later) {
+        Py_INCREF(end);
+        Py_XSETREF(rec->gpu_last, end);
+    }
+    return 0;
+}
+
+/* _unsampled.self_time: rec's duration minus its nested bricks'; credits the enclosing brick. */
+static PyObject *self_time_of(SpanMakerObject *m, RecordObject *rec, PyObject *duration) {
+    PyObject *link = rec->link;
+    while (link != NULL && link != Py_None) {
+        if (!Record_Check(link)) {
+            PyErr_SetString(PyExc_TypeError, "brickscope: a record links to something else");
+            return NULL;
+        }
+        long kind = owner_kind(((RecordObject *)link)->owner);
+        if (kind < 0) return NULL;
+        if (kind == KIND_BRICK) break;
+        link = ((RecordObject *)link)->link;
+    }
+    if (link != NULL && link != Py_None) {
+        RecordObject *enclosing = (RecordObject *)link;
+        PyObject *nested = PyNumber_Add(enclosing->nested_ns, duration);
+        if (nested == NULL) return NULL;
+        Py_XSETREF(enclosing->nested_ns, nested);
+    }
+    PyObject *self_ns = PyNumber_Subtract(duration, rec->nested_ns);
+    if (self_ns == NULL) return NULL;
+    int negative = PyObject_RichCompareBool(self_ns, g_zero, Py_LT);
+    if (negative != 0) { /* nested bricks overlapped on several streams */
+        Py_DECREF(self_ns);
+        if (negative < 0 || counts_add(m->counts, s_self_time_clamped) < 0) return NULL;
+        Py_INCREF(g_zero);
+        self_ns = g_zero;
+    }
+    return self_ns;
+}
+
+/* The span: (ReadableSpan, attributes, row), None (the Python builder takes rec), or NULL. */
+static PyObject *span_maker_build(SpanMakerObject *m, PyObject *arg) {
+    if (!Record_Check(arg)) Py_RETURN_NONE;
+    RecordObject *rec = (RecordObject *)arg;
+    if (!record_complete(rec) || rec->notes != Py_None || rec->error != Py_None) Py_RETURN_NONE;
+    PyObject *owner = rec->owner;
+    if (!PyObject_TypeCheck(owner, &ScopeBaseType)) Py_RETURN_NONE;
+    ScopeObject *scope = (ScopeObject *)owner;
+    long kind = owner_kind(owner);
+    if (kind < 0) return NULL;
+    int external = owner_flag(owner, s_external, &scope->external1);
+    if (external != 0) {
+        if (external < 0) return NULL;
+        Py_RETURN_NONE; /* bs.record_gpu: the Python builder */
+    }
+    PyObject *parent = rec->parent;
+    if (scope->name == NULL || !PyUnicode_CheckExact(scope->name) || scope->attributes == NULL ||
+        (scope->attributes != Py_None && !PyDict_CheckExact(scope->attributes)) || scope->elements == NULL ||
+        (parent != Py_None && (!Record_Check(parent) || !record_complete((RecordObject *)parent))) ||
+        !PyLong_CheckExact(rec->host_start) || !PyLong_CheckExact(rec->host_end) || !PyLong_CheckExact(rec->start_mark))
+        Py_RETURN_NONE;
+    long long start_mark;
+    if (!small_int(rec->start_mark, &start_mark)) Py_RETURN_NONE;
+    PyObject *enclosing = enclosing_of(m, rec, 0);
+    if (enclosing == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    /* from here on the record is ours: no return to the Python builder */
+    PyObject *attributes = NULL, *host_start = NULL, *host_duration = NULL, *start = NULL, *end = NULL, *out = NULL;
+    PyObject *clock = m->clock_host, *parent_context = NULL, *context = NULL, *span = NULL;
+    PyObject *resource = NULL;
+    if ((attributes = PyDict_New()) == NULL) goto done;
+    if ((host_start = PyNumber_Add(rec->host_start, m->epoch)) == NULL) goto done;
+    if ((host_duration = PyNumber_Subtract(rec->host_end, rec->host_start)) == NULL) goto done;
+    PyObject *thread_name = PyDict_GetItemWithError(m->thread_names, rec->thread_id);
+    if (thread_name == NULL && PyErr_Occurred()) goto done;
+    if (PyDict_SetItem(attributes, KEY(m, K_SCOPE_KIND), PyTuple_GET_ITEM(g_kind_names, kind)) < 0 ||
+        PyDict_SetItem(attributes, KEY(m, K_HOST_START), host_start) < 0 ||
+        PyDict_SetItem(attributes, KEY(m, K_HOST_DURATION), host_duration) < 0 ||
+        PyDict_SetItem(attributes, KEY(m, K_THREAD_ID), rec->thread_id) < 0 ||
+        PyDict_SetItem(attributes, KEY(m, K_THREAD_NAME), thread_name ? thread_name : g_empty_str) < 0)
+        goto done;
+    Py_INCREF(host_start);
+    start = host_start;
+    if ((end = PyNumber_Add(host_start, host_duration)) == NULL) goto done;
+    if (start_mark >= 0) {
+        PyObject *interval = PyObject_CallOneArg(m->gpu_interval, arg);
+        if (interval == NULL) goto done;
+        if (interval != Py_None) {
+            if (!PyTuple_Check(interval) || PyTuple_GET_SIZE(interval) != 2) {
+                Py_DECREF(interval);
+                PyErr_SetString(PyExc_TypeError, "brickscope: a GPU interval is a (start, end) pair");
+                goto done;
+            }
+            Py_SETREF(start, Py_NewRef(PyTuple_GET_ITEM(interval, 0)));
+            Py_SETREF(end, Py_NewRef(PyTuple_GET_ITEM(interval, 1)));
+            Py_DECREF(interval);
+            clock = m->clock_cuda;
+            if (set_key(attributes, KEY(m, K_GPU_DURATION), PyNumber_Subtract(end, start)) < 0 ||
+                set_key(attributes, KEY(m, K_GPU_DEVICE), PyObject_GetAttr(rec->stream, s_device)) < 0 ||
+                set_key(attributes, KEY(m, K_GPU_STREAM), PyObject_GetAttr(rec->stream, s_handle)) < 0)
+                goto done;
+        } else {
+            Py_DECREF(interval);
+        }
+    } else {
+        int gpu_timed = is_true(rec->gpu_first);
+        if (gpu_timed < 0) goto done;
+        if (gpu_timed) { /* a step or layer: the extent of the GPU work timed inside it */
+            Py_SETREF(start, Py_NewRef(rec->gpu_first));
+            Py_SETREF(end, Py_NewRef(rec->gpu_last));
+            clock = m->clock_cuda;
+            if (set_key(attributes, KEY(m, K_GPU_DURATION), PyNumber_Subtract(end, start)) < 0) goto done;
+        }
+    }
+    if (clock == m->clock_cuda && rec->link != Py_None) {
+        if (!Record_Check(rec->link)) {
+            PyErr_SetString(PyExc_TypeError, "brickscope: a record links to something else");
+            goto done;
+        }
+        if (widen_extent((RecordObject *)rec->link, start, end) < 0) goto done;
+    }
+    if (rec->gpu_error != Py_None) {
+        if (PyDict_SetItem(attributes, KEY(m, K_GPU_ERROR), rec->gpu_error) < 0 ||
+            counts_add(m->counts, s_gpu_timing_errors) < 0)
+            goto done;
+    }
+    if (PyDict_SetItem(attributes, KEY(m, K_CLOCK), clock) < 0) goto done;
+    PyObject *brick = PyTuple_GET_ITEM(enclosing, 0), *layer = PyTuple_GET_ITEM(enclosing, 1),
+             *step = PyTuple_GET_ITEM(enclosing, 2);
+    if (brick != Py_None) {
+        if (!PyTuple_Check(brick) || PyTuple_GET_SIZE(brick) < 2) {
+            PyErr_SetString(PyExc_TypeError, "brickscope: a brick's info is (name, category, builtin)");
+            goto done;
+        }
+        if (PyDict_SetItem(attributes, KEY(m, K_BRICK_NAME), PyTuple_GET_ITEM(brick, 0)) < 0 ||
+            PyDict_SetItem(attributes, KEY(m, K_BRICK_CATEGORY), PyTuple_GET_ITEM(brick, 1)) < 0)
+            goto done;
+    }
+    if (layer != Py_None && PyDict_SetItem(attributes, KEY(m, K_LAYER_INDEX), layer) < 0) goto done;
+    if (step != Py_None && PyDict_SetItem(attributes, KEY(m, K_STEP_NUMBER), step) < 0) goto done;
+    if (kind == KIND_BRICK) {
+        PyObject *duration = PyNumber_Subtract(end, start);
+        if (duration == NULL) goto done;
+        PyObject *self_ns = self_time_of(m, rec, duration);
+        Py_DECREF(duration);
+        if (set_key(attributes, KEY(m, K_SELF), self_ns) < 0) goto done;
+        int has_elements = is_true(scope->elements);
+        if (has_elements < 0) goto done;
+        if (has_elements && PyDict_SetItem(attributes, KEY(m, K_ELEMENTS), scope->elements) < 0) goto done;
+    } else if (kind == 3) {
+        if (PyDict_SetItem(attributes, KEY(m, K_KERNEL_NAME), scope->name) < 0) goto done;
+        PyObject *source = PyObject_CallOneArg(m->hash_of, scope->name);
+        if (source == NULL) goto done;
+        if (source != Py_None) {
+            PyObject *text = PyObject_Format(source, s_hex16);
+            Py_DECREF(source);
+            if (set_key(attributes, KEY(m, K_KERNEL_HASH), text) < 0) goto done;
+        } else {
+            Py_DECREF(source);
+        }
+    }
+    if (scope->attributes != Py_None && PyDict_Update(attributes, scope->attributes) < 0) goto done;
+    if (parent != Py_None) {
+        if ((parent_context = span_context_of(m, (RecordObject *)parent)) == NULL) goto done;
+    } else {
+        parent_context = Py_NewRef(rec->otel_parent);
+    }
+    if ((context = span_context_of(m, rec)) == NULL) goto done;
+    if ((resource = PyObject_GetAttr(m->provider, s_resource)) == NULL) goto done;
+    PyObject *empty = g_empty_tuple;
+    if ((span = PyBaseObject_Type.tp_new((PyTypeObject *)m->span_type, empty, NULL)) == NULL) goto done;
+    /* stored as __init__ stores them, in its order: CPython keeps them in the instance's
+     * inline values (the class's shared keys), with no dict object */
+    PyObject *values[F_COUNT] = {scope->name, context, m->span_kind, Py_None, m->scope, parent_context, start, end,
+                                 attributes, empty, empty, resource, m->status};
+    for (int i = 0; i < F_COUNT; i++)
+        if (PyObject_GenericSetAttr(span, PyTuple_GET_ITEM(m->fields, i), values[i]) < 0) goto done;
+    PyObject *parent_id = g_zero; /* borrowed, or a new reference in held_parent_id */
+    PyObject *held_parent_id = NULL;
+    if (parent_context != Py_None) {
+        if (Py_TYPE(parent_context) == (PyTypeObject *)m->context_type && PyTuple_GET_SIZE(parent_context) > 1) {
+            parent_id = PyTuple_GET_ITEM(parent_context, 1);
+        } else {
+            if ((held_parent_id = PyObject_GetAttr(parent_context, s_span_id)) == NULL) goto done;
+            parent_id = held_parent_id;
+        }
+    }
+    /* the row the live report's table takes (a brickscope.offline.SpanRecord's fields) */
+    PyObject *row = PyTuple_Pack(7, scope->name, start, end, rec->span_id, parent_id, resource, attributes);
+    Py_XDECREF(held_parent_id);
+    if (row == NULL) goto done;
+    PyObject_GC_UnTrack(row); /* as the SpanContext: an immutable tuple nothing refers back to */
+    out = PyTuple_Pack(3, span, attributes, row);
+    Py_DECREF(row);
+done:
+    Py_DECREF(enclosing);
+    Py_XDECREF(attributes);
+    Py_XDECREF(host_start);
+    Py_XDECREF(host_duration);
+    Py_XDECREF(start);
+    Py_XDECREF(end);
+    Py_XDECREF(parent_context);
+    Py_XDECREF(context);
+    Py_XDECREF(resource);
+    Py_XDECREF(span);
+    return out;
+}
+
+static PyObject *span_maker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    SpanMakerObject *self = (SpanMakerObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    PyObject **slots[] = {
+#define X(f) &self->f,
+        SPANMAKER_FIELDS(X)
+#undef X
+    };
+    Py_ssize_t n = (Py_ssize_t)(sizeof(slots) / sizeof(slots[0]));
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) {
+        PyErr_SetString(PyExc_TypeError, "SpanMaker takes positional arguments only");
+        Py_DECREF(self);
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(args) != n) {
+        PyErr_Format(PyExc_TypeError, "SpanMaker takes %zd arguments", n);
+        Py_DECREF(self);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) *slots[i] = Py_NewRef(PyTuple_GET_ITEM(args, i));
+    if (!PyType_Check(self->span_type) || !PyType_Check(self->context_type) ||
+        !PyType_IsSubtype((PyTypeObject *)self->context_type, &PyTuple_Type) || !PyTuple_CheckExact(self->keys) ||
+        PyTuple_GET_SIZE(self->keys) != K_COUNT || !PyTuple_CheckExact(self->fields) ||
+        PyTuple_GET_SIZE(self->fields) != F_COUNT || !PyDict_CheckExact(self->thread_names) ||
+        !PyDict_CheckExact(self->counts) || !PyDict_CheckExact(self->resolved) || g_kind_names == NULL) {
+        PyErr_SetString(PyExc_TypeError, "SpanMaker: unexpected arguments (see trace/_spans.py)");
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int span_maker_traverse(SpanMakerObject *self, visitproc visit, void *arg) {
+#define X(f) Py_VISIT(self->f);
+    SPANMAKER_FIELDS(X)
+#undef X
+    return 0;
+}
+
+static int span_maker_clear(SpanMakerObject *self) {
+#define X(f) Py_CLEAR(self->f);
+    SPANMAKER_FIELDS(X)
+#undef X
+    return 0;
+}
+
+static void span_maker_dealloc(SpanMakerObject *self) {
+    PyObject_GC_UnTrack(self);
+    span_maker_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef span_maker_methods[] = {
+    {"build", (PyCFunction)span_maker_build, METH_O,
+     "build(rec): (ReadableSpan, attributes, row) for an ordinary resolved record (row: the SpanRecord "
+     "fields the live report's table takes), or None: the Python builder takes it."},
+    {NULL}};
+
+static PyTypeObject SpanMakerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope._hotpath.SpanMaker",
+    .tp_doc = "SpanMaker(...).build(rec): SpanBuilder.build's common case in C: (span, attributes, row), or None for the "
+              "Python builder (see trace/_spans.py).",
+    .tp_basicsize = sizeof(SpanMakerObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = span_maker_new,
+    .tp_dealloc = (destructor)span_maker_dealloc,
+    .tp_traverse = (traverseproc)span_maker_traverse,
+    .tp_clear = (inquiry)span_maker_clear,
+    .tp_methods = span_maker_methods,
+};
+
+/* ---- fold_sums: CategoryAggregator.fold_batch's per-(brick, category) sums in C -------- */
+
+enum { S_KIND, S_BRICK, S_NAME, S_CATEGORY, S_OTHER, S_SELF, S_ELEMENTS, S_COUNT };
+
+/* attributes.get(key, default): borrowed; NULL with an error set only on failure. */
+static PyObject *attr_get(PyObject *attributes, PyObject *key, PyObject *fallback) {
+    PyObject *value = PyDict_GetItemWithError(attributes, key);
+    return value != NULL || PyErr_Occurred() ? value : fallback;
+}
+
+/* Whether attributes are a brick's (kind == "brick"): 1, 0, or -1 (not what the C side folds). */
+static int brick_kind(PyObject *attributes, PyObject *const *keys) {
+    PyObject *kind = PyDict_GetItemWithError(attributes, keys[S_KIND]);
+    if (kind == NULL) return PyErr_Occurred() ? -2 : 0;
+    if (!PyUnicode_CheckExact(kind)) return -1;
+    return PyUnicode_Compare(kind, keys[S_BRICK]) == 0;
+}
+
+/* fold_sums(spans, attributes, keys, sums, values) -> bool. The fold of fold_batch's
+ * Python loop (trace/_aggregation.py) for a batch whose every attributes are a dict and
+ * whose bricks carry a str name and category and int self time and elements: sums
+ * (name, category) -> (count, self ns, elements) in the dict sums, and, when values is a
+ * list, (self ns, name, category, span) per brick for the histogram. False: nothing
+ * changed, the Python loop folds the batch. */
+static PyObject *fold_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) || !PyTuple_CheckExact(args[2]) ||
+        PyTuple_GET_SIZE(args[2]) != S_COUNT || !PyDict_CheckExact(args[3]) ||
+        (args[4] != Py_None && !PyList_CheckExact(args[4]))) {
+        PyErr_SetString(PyExc_TypeError, "fold_sums(spans: list, attributes: list, keys: tuple, sums: dict, values)");
+        return NULL;
+    }
+    PyObject *spans = args[0], *attributes = args[1], *sums = args[3], *values = args[4];
+    PyObject *const *keys = &PyTuple_GET_ITEM(args[2], 0);
+    Py_ssize_t n = PyList_GET_SIZE(attributes);
+    if (PyList_GET_SIZE(spans) != n) Py_RETURN_FALSE;
+    for (Py_ssize_t i = 0; i < n; i++) { /* first: all of it is what the C side folds */
+        PyObject *attrs = PyList_GET_ITEM(attributes, i);
+        if (!PyDict_CheckExact(attrs)) Py_RETURN_FALSE;
+        int brick = brick_kind(attrs, keys);
+        if (brick == -2) return NULL;
+        if (brick < 0) Py_RETURN_FALSE;
+        if (!brick) continue;
+        PyObject *name = attr_get(attrs, keys[S_NAME], NULL), *category = attr_get(attrs, keys[S_CATEGORY], keys[S_OTHER]);
+        PyObject *self_ns = attr_get(attrs, keys[S_SELF], NULL), *elements = attr_get(attrs, keys[S_ELEMENTS], g_zero);
+        if (PyErr_Occurred()) return NULL;
+        if (name == NULL || !PyUnicode_CheckExact(name) || !PyUnicode_CheckExact(category) || self_ns == NULL ||
+            !PyLong_CheckExact(self_ns) || !PyLong_CheckExact(elements))
+            Py_RETURN_FALSE;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *attrs = PyList_GET_ITEM(attributes, i);
+        if (brick_kind(attrs, keys) != 1) continue;
+        PyObject *name = attr_get(attrs, keys[S_NAME], NULL), *category = attr_get(attrs, keys[S_CATEGORY], keys[S_OTHER]);
+        PyObject *self_ns = attr_get(attrs, keys[S_SELF], NULL), *elements = attr_get(attrs, keys[S_ELEMENTS], g_zero);
+        if (name == NULL || self_ns == NULL) return NULL; /* checked above: only an error */
+        PyObject *key = PyTuple_Pack(2, name, category);
+        if (key == NULL) return NULL;
+        PyObject *old = PyDict_GetItemWithError(sums, key), *sum = NULL;
+        if (old == NULL && PyErr_Occurred()) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        if (old == NULL) {
+            sum = Py_BuildValue("(iOO)", 1, self_ns, elements);
+        } else if (PyTuple_CheckExact(old) && PyTuple_GET_SIZE(old) == 3) {
+            PyObject *one = PyLong_FromLong(1);
+            PyObject *count = one ? PyNumber_Add(PyTuple_GET_ITEM(old, 0), one) : NULL;
+            PyObject *total = count ? PyNumber_Add(PyTuple_GET_ITEM(old, 1), self_ns) : NULL;
+            PyObject *elems = total ? PyNumber_Add(PyTuple_GET_ITEM(old, 2), elements) : NULL;
+            if (elems != NULL) sum = PyTuple_Pack(3, count, total, elems);
+            Py_XDECREF(one);
+            Py_XDECREF(count);
+            Py_XDECREF(total);
+            Py_XDECREF(elems);
+        } else {
+            PyErr_SetString(PyExc_TypeError, "fold_sums: sums holds (count, self ns, elements) tuples");
+        }
+        int rc = sum == NULL ? -1 : PyDict_SetItem(sums, key, sum);
+        Py_DECREF(key);
+        Py_XDECREF(sum);
+        if (rc < 0) return NULL;
+        if (values != Py_None) {
+            PyObject *value = PyTuple_Pack(4, self_ns, name, category, PyList_GET_ITEM(spans, i));
+            rc = value == NULL ? -1 : PyList_Append(values, value);
+            Py_XDECREF(value);
+            if (rc < 0) return NULL;
+        }
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef module_methods[] = {
     {"factory", make_factory, METH_VARARGS,
      "factory(name, cache, slow, exact_int): the scope factory `name` (brick, kernel, layer, step) whose "
@@ -1935,6 +2495,9 @@ static PyMethodDef module_methods[] = {
     {"init_scopes", init_scopes, METH_VARARGS,
      "init_scopes(state_dict, enter_failed, exit_failed, exit_out_of_order, exit_entry_out_of_order, INERT, "
      "enter_scope, exit_scope) (brickscope._scope)."},
+    {"fold_sums", (PyCFunction)(void (*)(void))fold_sums, METH_FASTCALL,
+     "fold_sums(spans, attributes, keys, sums, values) -> bool: CategoryAggregator.fold_batch's sums per "
+     "(brick, category) in C; False: nothing changed, the Python loop folds the batch."},
     {"enter_scope", (PyCFunction)(void (*)(void))hot_enter_scope, METH_FASTCALL | METH_KEYWORDS,
      "enter_scope(scope)\n--\n\nOpen scope without a with block; returns the token for exit_scope "
      "(see brickscope.enter_scope)."},
@@ -1987,17 +2550,27 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     INTERN(s_host_ns_attr, "_host_ns")
     INTERN(s_anchor_max_age, "ANCHOR_MAX_AGE_NS")
     INTERN(s_host_ns_field, "host_ns")
+    INTERN(s_resource, "resource")
+    INTERN(s_span_id, "span_id")
+    INTERN(s_gpu_timing_errors, "gpu_timing_errors")
+    INTERN(s_device, "device")
+    INTERN(s_handle, "handle")
+    INTERN(s_hex16, "016x")
 #undef INTERN
     if ((g_zero = PyLong_FromLong(0)) == NULL || (g_minus_one = PyLong_FromLong(-1)) == NULL) return NULL;
+    if ((s_sixty_four = PyLong_FromLong(64)) == NULL || (g_empty_str = PyUnicode_FromString("")) == NULL ||
+        (g_empty_tuple = PyTuple_New(0)) == NULL)
+        return NULL;
     PyTypeObject *types[] = {&RecordType, &RecorderCoreType, &ScopeBaseType, &EntryType,
-                             &FactoryType, &MarkerType, &FoldTableType};
-    const char *names[] = {"Record", "RecorderCore", "ScopeBase", "Entry", "FactoryState", "CudaMarker", "FoldTable"};
+                             &FactoryType, &MarkerType, &FoldTableType, &SpanMakerType};
+    const char *names[] = {"Record", "RecorderCore", "ScopeBase", "Entry", "FactoryState", "CudaMarker", "FoldTable",
+                           "SpanMaker"};
     if (PyType_Ready(&FoldCellType) < 0) return NULL;
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 8; i++)
         if (PyType_Ready(types[i]) < 0) return NULL;
     PyObject *module = PyModule_Create(&hotpath_module);
     if (module == NULL) return NULL;
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 8; i++) {
         Py_INCREF(types[i]);
         if (PyModule_AddObject(module, names[i], (PyObject *)types[i]) < 0) {
             Py_DECREF(types[i]);

@@ -48,6 +48,7 @@ enum { KIND_OTHER, KIND_STEP, KIND_LAYER, KIND_BRICK, KIND_KERNEL };
 
 static PyObject *g_keys[N_KEYS];
 static PyObject *g_kind_codes, *g_cuda, *g_gpu, *g_hash, *g_clean;
+static PyObject *g_key_index; /* key -> its index in g_keys (NULL if a key repeats) */
 static char g_typecodes[N_COLUMNS];
 static PyObject *g_kinds[5]; /* the ints 0..4 */
 static PyObject *g_zero, *g_empty, *g_other;
@@ -371,7 +372,17 @@ static PyObject *make_rows(PyObject *builder, PyObject *batch, int from_records)
             PyObject *values[N_KEYS];
             int held = 0; /* values are new references (a Mapping's get) rather than borrowed */
             rc = 0;
-            if (PyDict_CheckExact(attributes)) {
+            if (PyDict_CheckExact(attributes) && g_key_index != NULL && PyDict_GET_SIZE(attributes) < N_KEYS / 2) {
+                /* a small dict (a brickscope span's): walk its items, not one lookup per key */
+                for (int k = 0; k < N_KEYS; k++) values[k] = NULL;
+                Py_ssize_t pos = 0;
+                PyObject *key, *value;
+                while (rc == 0 && PyDict_Next(attributes, &pos, &key, &value)) {
+                    PyObject *index = PyDict_GetItemWithError(g_key_index, key);
+                    if (index != NULL) values[PyLong_AsLong(index)] = value;
+                    else if (PyErr_Occurred()) rc = -1;
+                }
+            } else if (PyDict_CheckExact(attributes)) {
                 for (int k = 0; k < N_KEYS; k++) {
                     values[k] = PyDict_GetItemWithError(attributes, g_keys[k]);
                     if (values[k] == NULL && PyErr_Occurred()) rc = -1;
@@ -447,6 +458,19 @@ static PyObject *setup(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         Py_INCREF(key);
         Py_XSETREF(g_keys[i], key);
     }
+    PyObject *index = PyDict_New();
+    if (index == NULL) return NULL;
+    for (int i = 0; i < N_KEYS && index != NULL; i++) {
+        PyObject *position = PyLong_FromLong(i);
+        int rc = position == NULL ? -1 : PyDict_SetItem(index, g_keys[i], position);
+        Py_XDECREF(position);
+        if (rc < 0) {
+            Py_DECREF(index);
+            return NULL;
+        }
+    }
+    if (PyDict_GET_SIZE(index) != N_KEYS) Py_CLEAR(index); /* a key twice: one lookup per key */
+    Py_XSETREF(g_key_index, index);
     for (int i = 0; i < N_COLUMNS; i++) {
         Py_UCS4 code = PyUnicode_READ_CHAR(typecodes, i);
         if (code != 'q' && code != 'Q' && code != 'd') {

@@ -30,10 +30,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import metrics as otel_metrics
+from opentelemetry.metrics import NoOpHistogram
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from brickscope import environment_variables as env
+from brickscope._record import hotpath
 from brickscope.analysis._backend import PythonBackend, get_backend
 from brickscope.analysis._table import Table, TableBuilder
 from brickscope.trace import _totals
@@ -48,7 +50,27 @@ from brickscope.trace.attributes import (
 )
 from brickscope.version import __version__
 
+try:  # the API's proxy instruments (what the global meter provider gives before an SDK is set)
+    from opentelemetry.metrics._internal.instrument import _ProxyInstrument
+except ImportError:  # pragma: no cover - depends on the API version
+    _ProxyInstrument = None
+
 logger = logging.getLogger(__name__)
+
+_ZERO = (0, 0, 0)
+#: fold_batch's sums in C (brickscope._hotpath.fold_sums), or None; and the keys it reads.
+_fold_sums = getattr(hotpath, "fold_sums", None)
+_SUM_KEYS = (SCOPE_KIND, SCOPE_KIND_BRICK, BRICK_NAME, BRICK_CATEGORY, "other", BRICK_SELF_DURATION_NS, BRICK_ELEMENTS)
+
+
+def _records_nothing(histogram: Any) -> bool:
+    """Whether recording into ``histogram`` does nothing: the API's no-op instrument, or
+    the proxy the global meter provider gives before an SDK is set (it forwards to a real
+    instrument once one is, so this is asked per batch)."""
+    if isinstance(histogram, NoOpHistogram):
+        return True
+    return _ProxyInstrument is not None and isinstance(histogram, _ProxyInstrument) and not histogram._real_instrument  # noqa: SLF001
+
 
 #: Histogram boundaries, seconds: 1 us to 10 s in 1-2.5-5 steps. The SDK's defaults
 #: (0 to 10000) assume milliseconds and would put every brick in the first bucket.
@@ -184,6 +206,53 @@ class CategoryAggregator(SpanProcessor):
                 self._duration.add(name, category, self_ns, span.context if self._exemplars else None)
         except Exception:
             self._failed()
+
+    def fold_batch(self, spans: list[ReadableSpan], attributes: list[Any], rows: list[tuple]) -> None:
+        """:meth:`fold` for a batch of spans, in order (the resolver's path): the table
+        takes their rows (``rows``: a :data:`brickscope.offline.SpanRecord`'s fields per
+        span) under one lock, the exact totals one merge per (brick, category), the
+        histogram one value per brick (none when it records nothing: a no-op or proxy
+        instrument with no SDK behind it). Never raises."""
+        try:
+            self._rows.add_records(rows)
+        except Exception:
+            self._failed()
+        duration = self._duration
+        if duration is not None and not duration.direct and _records_nothing(duration.instrument):
+            duration = None  # each value would be one record() that does nothing
+        sums: dict[tuple[str, str], tuple[int, int, int]] = {}
+        values: list[tuple[int, str, str, ReadableSpan]] | None = [] if duration is not None else None
+        try:
+            if _fold_sums is None or not _fold_sums(spans, attributes, _SUM_KEYS, sums, values):
+                self._fold_sums(spans, attributes, sums, values)
+            if sums:
+                self._totals.merge(sums)
+            if values:
+                exemplars, add = self._exemplars, duration.add
+                for self_ns, name, category, span in values:  # with the span's context for an exemplar
+                    add(name, category, self_ns, span.context if exemplars else None)
+        except Exception:
+            self._failed()
+
+    def _fold_sums(self, spans: list[Any], attributes: list[Any], sums: dict, values: list | None) -> None:
+        """fold_batch's sums in Python (the reference of ``brickscope._hotpath.fold_sums``)."""
+        for span, attrs in zip(spans, attributes):
+            try:
+                if not attrs or attrs.get(SCOPE_KIND) != SCOPE_KIND_BRICK:
+                    continue
+                name = attrs.get(BRICK_NAME, span.name)
+                category = attrs.get(BRICK_CATEGORY, "other")
+                self_ns = attrs.get(BRICK_SELF_DURATION_NS)
+                if self_ns is None:  # not resolved by brickscope: no nesting information
+                    self_ns = span.end_time - span.start_time
+                elements = attrs.get(BRICK_ELEMENTS, 0)
+                key = (name, category)
+                count, total, elems = sums.get(key, _ZERO)
+                sums[key] = (count + 1, total + self_ns, elems + elements)
+                if values is not None:
+                    values.append((self_ns, name, category, span))
+            except Exception:
+                self._failed()
 
     def fold_unsampled(
         self, sums: dict[tuple[str, str], tuple[int, int, int]], values: list[tuple[str, str, int]]

@@ -137,7 +137,7 @@ class Resolver:
         pending = self._recorder.pending
         timer = self._recorder.timer
         downstream = self._downstream
-        emit, build, processors = downstream.emit, self._builder.build, downstream.processors()
+        emit_batch, build, processors = downstream.emit_batch, self._builder.build, downstream.processors()
         fold_unsampled, measure = self._unsampled.fold, self._builder.measure
         if block and timer is not None:
             try:
@@ -147,6 +147,12 @@ class Resolver:
         queues = downstream.batch_queues() if time.monotonic() >= self._pace_holdoff else []
         pace_deadline = time.monotonic() + _PACE_BUDGET_S
         emitted = 0
+        # Spans go downstream a batch of _PACE_EVERY at a time (each processor sees them in
+        # order; the aggregator and the SDK's batch queue take a batch at once), and the
+        # queues are looked at after each batch.
+        spans: list[Any] = []
+        attributes: list[Any] = []
+        rows: list[Any] = []
         try:
             while pending:
                 rec = pending[0]
@@ -157,17 +163,25 @@ class Resolver:
                     fold_unsampled(*measure(rec))
                     continue
                 try:
-                    built = build(rec)
+                    span, attrs, row = build(rec)
                 except Exception:  # a record that cannot become a span is dropped, counted
                     self._build_failed(processors)
                     continue
-                emit(built, processors)
-                emitted += 1
-                if queues and emitted % _PACE_EVERY == 0 and not downstream.pace(queues, pace_deadline):
-                    queues = []  # the exporter is not keeping up: stop waiting for it
-                    self._pace_holdoff = time.monotonic() + _PACE_HOLDOFF_S
+                spans.append(span)
+                attributes.append(attrs)
+                rows.append(row)
+                if len(spans) >= _PACE_EVERY:
+                    emit_batch(spans, attributes, rows, processors)
+                    emitted += len(spans)
+                    spans, attributes, rows = [], [], []
+                    if queues and not downstream.pace(queues, pace_deadline):
+                        queues = []  # the exporter is not keeping up: stop waiting for it
+                        self._pace_holdoff = time.monotonic() + _PACE_HOLDOFF_S
             return True
         finally:
+            if spans:  # the last batch, also when the GPU is not done with what follows
+                emit_batch(spans, attributes, rows, processors)
+                emitted += len(spans)
             self._counts["spans_emitted"] += emitted
             self._flush_unsampled(processors)
 

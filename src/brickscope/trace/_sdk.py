@@ -10,6 +10,7 @@ reads is read here.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -19,6 +20,13 @@ from opentelemetry.sdk.trace.sampling import Decision, ParentBased, StaticSample
 
 from brickscope.trace._aggregation import CategoryAggregator
 from brickscope.trace._counters import Counters
+
+try:  # the SDK's queue behind BatchSpanProcessor (1.34+); older SDKs: spans go one by one
+    from opentelemetry.sdk._shared_internal import BatchProcessor as _SdkBatchProcessor
+except ImportError:  # pragma: no cover - depends on the SDK version
+    _SdkBatchProcessor = None
+
+_QUEUE_FIELDS = ("_queue", "_max_queue_size", "_max_export_batch_size", "_worker_awaken", "_shutdown", "_pid")
 
 
 def provider_processors(provider: TracerProvider) -> tuple:
@@ -79,14 +87,14 @@ class Downstream:
         own = self._own
         return tuple(_kind(p) for p in provider_processors(self._provider) if p is not own)
 
-    def emit(self, built: tuple[ReadableSpan, dict[str, Any]], processors: tuple | None = None) -> None:
+    def emit(self, built: tuple[ReadableSpan, dict[str, Any], tuple], processors: tuple | None = None) -> None:
         """Hand an ended span to every downstream processor, isolating their faults.
 
         A CategoryAggregator gets the attributes dict we just built along with the span,
         sparing it a read-only view and six lookups through it per span. Export pipelines
         count the span handed to them (see ``_delivery``).
         """
-        span, attributes = built
+        span, attributes = built[0], built[1]
         if processors is None:
             processors = self.processors()
         for processor, kind, account in processors:
@@ -100,6 +108,45 @@ class Downstream:
             except Exception:  # opentelemetry-python#5624: never let one reach the app
                 self._counts["processor_errors"] += 1
                 self._counters.log_once(f"on_end:{type(processor).__name__}", "brickscope: a span processor failed")
+
+    def emit_batch(self, spans: list, attributes: list, rows: list, processors: tuple) -> None:
+        """Hand a batch of ended spans (in order) to every downstream processor, as
+        :meth:`emit` would one by one, isolating their faults.
+
+        A CategoryAggregator folds the batch at once (:meth:`CategoryAggregator.fold_batch`:
+        the table takes the rows under one lock, the totals one merge); the SDK's own
+        BatchSpanProcessor gets the batch appended to its queue at once when it all fits
+        (:func:`_enqueue`), which is what its ``on_end`` does span by span; any other
+        processor gets ``on_end`` per span.
+        """
+        count = len(spans)
+        for processor, kind, account in processors:
+            if kind == AGGREGATOR:
+                try:
+                    processor.fold_batch(spans, attributes, rows)
+                except Exception:
+                    self._processor_failed(processor)
+                continue
+            if kind and not account.closed:
+                account.handed += count
+            batch = _sdk_batch_queue(processor)
+            if batch is not None:
+                try:
+                    if _enqueue(batch, spans):
+                        continue
+                except Exception:
+                    self._processor_failed(processor)
+                    continue
+            on_end = processor.on_end
+            for span in spans:
+                try:
+                    on_end(span)
+                except Exception:  # opentelemetry-python#5624: never let one reach the app
+                    self._processor_failed(processor)
+
+    def _processor_failed(self, processor: SpanProcessor) -> None:
+        self._counts["processor_errors"] += 1
+        self._counters.log_once(f"on_end:{type(processor).__name__}", "brickscope: a span processor failed")
 
     def fold_unsampled(self, sums: dict, values: list, processors: tuple) -> None:
         """End of a resolution batch: the unsampled bricks' sums (and, for a histogram of
@@ -141,3 +188,30 @@ class Downstream:
                     return False
                 time.sleep(0.0005)
         return True
+
+
+def _sdk_batch_queue(processor: SpanProcessor) -> Any:
+    """The SDK's BatchProcessor behind ``processor`` when its ``on_end`` is the SDK
+    BatchSpanProcessor's (sampled spans go to ``emit``) and the queue is the SDK's own
+    (``emit`` not overridden, every field :func:`_enqueue` reads there); else None."""
+    if _SdkBatchProcessor is None or type(processor).on_end is not BatchSpanProcessor.on_end:
+        return None
+    batch = getattr(processor, "_batch_processor", None)
+    if type(batch).emit is not _SdkBatchProcessor.emit or not all(hasattr(batch, f) for f in _QUEUE_FIELDS):
+        return None
+    return batch
+
+
+def _enqueue(batch: Any, spans: list) -> bool:
+    """Append sampled spans to an SDK BatchProcessor's queue in one step, as its ``emit``
+    does one at a time (``appendleft``; the worker woken once the queue holds a batch).
+    Only when every span fits: a full queue, a processor shut down, or a forked child
+    returns False, and the caller hands the spans over one by one so that the SDK logs,
+    counts and drops them itself."""
+    queue = batch._queue  # noqa: SLF001
+    if batch._shutdown or batch._pid != os.getpid() or len(spans) > batch._max_queue_size - len(queue):  # noqa: SLF001
+        return False
+    queue.extendleft(spans)
+    if len(queue) >= batch._max_export_batch_size and not batch._worker_awaken.is_set():  # noqa: SLF001
+        batch._worker_awaken.set()  # noqa: SLF001
+    return True

@@ -9,20 +9,22 @@ attributes, self time, the real parent ids and the provider's resource.
 
 Example::
 
-    span, attributes = builder.build(rec)   # rec ended, its GPU events complete
+    span, attributes, row = builder.build(rec)   # rec ended, its GPU events complete
 """
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import DEFAULT_TRACE_STATE, SpanContext, SpanKind, Status, StatusCode
 
-from brickscope import _kernel_sources, _otel_context
+from brickscope import _catalog, _kernel_sources, _otel_context
 from brickscope._clock import EPOCH_OFFSET_NS
-from brickscope._record import KIND_BRICK, KIND_KERNEL, KIND_LAYER, KIND_NAMES, KIND_STEP, Record
+from brickscope._record import KIND_BRICK, KIND_KERNEL, KIND_LAYER, KIND_NAMES, KIND_STEP, Record, hotpath
 from brickscope.trace._counters import Counters
 from brickscope.trace._unsampled import self_time
 from brickscope.trace.attributes import (
@@ -67,6 +69,8 @@ class SpanBuilder:
         self._provider = tracer_provider  # its resource is read per span: the kernel source registry updates it
         self._id_generator = tracer_provider.id_generator
         self._counts = counters.values
+        #: :meth:`build`'s common case in C (``brickscope._hotpath.SpanMaker``), or None.
+        self._fast = _span_maker(self)
 
     def _gpu_interval(self, rec: Record) -> tuple[int, int] | None:
         """(start, end) epoch ns of rec's GPU work, or None with rec.gpu_error set.
@@ -89,8 +93,24 @@ class SpanBuilder:
             timer.release(rec.end_mark)
         return None
 
-    def build(self, rec: Record) -> tuple[ReadableSpan, dict[str, Any]]:
-        """The ended span for a resolved record, and its attributes (a plain dict)."""
+    def build(self, rec: Record) -> tuple[ReadableSpan, dict[str, Any], tuple]:
+        """The ended span for a resolved record, its attributes (a plain dict), and its
+        row for the live report's table (a :data:`brickscope.offline.SpanRecord`'s fields:
+        name, start, end, span id, parent span id or 0, resource, attributes).
+
+        An ordinary record (no notes from user code, no exception, not a ``record_gpu``
+        brick) is built in C when the accelerator is there; the C side answers None for
+        anything else before touching the record, and :meth:`build_py` (the reference)
+        builds it."""
+        fast = self._fast
+        if fast is not None:
+            built = fast(rec)
+            if built is not None:
+                return built
+        return self.build_py(rec)
+
+    def build_py(self, rec: Record) -> tuple[ReadableSpan, dict[str, Any], tuple]:
+        """:meth:`build` in Python: the reference, and every record the C side leaves."""
         owner = rec.owner
         kind = owner._kind
         host_start = rec.host_start + EPOCH_OFFSET_NS
@@ -171,11 +191,13 @@ class SpanBuilder:
                 ),
             )
             status = Status(StatusCode.ERROR, f"{type_name}: {message}")
+        context = self._span_context(rec)
+        resource = self._provider.resource
         span = ReadableSpan(
             name=owner._name,
-            context=self._span_context(rec),
+            context=context,
             parent=parent_context,
-            resource=self._provider.resource,
+            resource=resource,
             attributes=attributes,
             events=events,
             kind=SpanKind.INTERNAL,
@@ -184,7 +206,8 @@ class SpanBuilder:
             end_time=end,
             instrumentation_scope=INSTRUMENTATION_SCOPE,
         )
-        return span, attributes
+        parent_id = parent_context.span_id if parent_context is not None else 0
+        return span, attributes, (owner._name, start, end, context.span_id, parent_id, resource, attributes)
 
     def measure(self, rec: Record) -> tuple[str, str | None, int, int]:
         """What the metrics need of an unsampled brick, without building its span:
@@ -210,6 +233,62 @@ class SpanBuilder:
             span_id = _otel_context.assign_span_id(rec, self._id_generator)
             context = rec.span_context = _otel_context.sampled_context(rec.trace_id, span_id)
         return context
+
+
+#: The attribute keys SpanMaker writes, in its order (brickscope/_hotpath.c, ``K_*``).
+_MAKER_KEYS = (
+    SCOPE_KIND, HOST_START_NS, HOST_DURATION_NS, THREAD_ID, THREAD_NAME, GPU_DURATION_NS, GPU_DEVICE_ID,
+    GPU_STREAM_ID, GPU_TIMING_ERROR, CLOCK, BRICK_NAME, BRICK_CATEGORY, LAYER_INDEX, STEP_NUMBER,
+    BRICK_SELF_DURATION_NS, BRICK_ELEMENTS, KERNEL_NAME, KERNEL_SOURCE_HASH,
+)  # fmt: skip
+#: What ReadableSpan.__init__ stores, in its order (``F_*``); checked on a probe span below.
+_SPAN_FIELDS = (
+    "_name", "_context", "_kind", "_instrumentation_info", "_instrumentation_scope", "_parent", "_start_time",
+    "_end_time", "_attributes", "_events", "_links", "_resource", "_status",
+)  # fmt: skip
+
+
+def _init_stores_fields() -> bool:
+    """Whether this SDK's ReadableSpan.__init__ only stores its arguments in :data:`_SPAN_FIELDS`
+    (what the C maker writes instead of running it), and ``__new__`` is object's."""
+    try:
+        context = SpanContext(0x1234, 0x5678, False)
+        resource = object()
+        probe = ReadableSpan(
+            name="n", context=context, parent=None, resource=resource, attributes={"a": 1}, events=(),
+            kind=SpanKind.INTERNAL, status=_UNSET, start_time=1, end_time=2, instrumentation_scope=INSTRUMENTATION_SCOPE,
+        )  # fmt: skip
+        expected = ("n", context, SpanKind.INTERNAL, None, INSTRUMENTATION_SCOPE, None, 1, 2, {"a": 1}, (), (), resource, _UNSET)
+        return ReadableSpan.__new__ is object.__new__ and vars(probe) == dict(zip(_SPAN_FIELDS, expected))
+    except Exception:  # noqa: BLE001 - any surprise: the Python builder
+        return False
+
+
+_MAKER_USABLE = (
+    hotpath is not None
+    and hasattr(hotpath, "SpanMaker")
+    and _otel_context.sampled_context is _otel_context._fast_sampled_context  # noqa: SLF001
+    and _init_stores_fields()
+)
+
+
+def _span_maker(builder: SpanBuilder) -> Any:
+    """The C maker's ``build`` for this builder, or None (pure Python, or an SDK whose
+    ReadableSpan or SpanContext is not what the C side makes)."""
+    if not _MAKER_USABLE:
+        return None
+    generator = builder._id_generator  # noqa: SLF001
+    # RandomIdGenerator's span ids are random.getrandbits(64) (non-zero): drawn in C under
+    # assign_span_id's lock; any other generator is called through assign_span_id.
+    random_ids = type(generator) is RandomIdGenerator and type(generator).generate_span_id is RandomIdGenerator.generate_span_id
+    return hotpath.SpanMaker(
+        ReadableSpan, SpanContext, _MAKER_KEYS, _SPAN_FIELDS, CLOCK_HOST, CLOCK_CUDA, EPOCH_OFFSET_NS,
+        builder._thread_names, builder._counts, builder._gpu_interval,  # noqa: SLF001
+        _catalog._resolved, _catalog.resolve, _kernel_sources.hash_of,  # noqa: SLF001
+        _otel_context.SAMPLED, DEFAULT_TRACE_STATE, SpanKind.INTERNAL, _UNSET, INSTRUMENTATION_SCOPE,
+        random.getrandbits if random_ids else None, _otel_context._id_lock, _otel_context.assign_span_id,  # noqa: SLF001
+        generator, builder._provider,  # noqa: SLF001
+    ).build  # fmt: skip
 
 
 def _apply_notes(notes: Any, attributes: dict[str, Any]) -> tuple[tuple[Event, ...], Status]:
