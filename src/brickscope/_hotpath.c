@@ -1950,15 +1950,16 @@ typedef struct {
     PyObject_HEAD
     PyObject *span_type, *context_type, *keys, *fields, *clock_host, *clock_cuda, *epoch, *thread_names, *counts,
         *gpu_interval, *resolved, *resolve, *hash_of, *sampled, *trace_state, *span_kind, *status, *scope,
-        *getrandbits, *id_lock, *assign_span_id, *id_generator, *provider;
+        *getrandbits, *id_lock, *assign_span_id, *id_generator, *provider, *recorder;
 } SpanMakerObject;
 
 #define SPANMAKER_FIELDS(X)                                                                                     \
     X(span_type) X(context_type) X(keys) X(fields) X(clock_host) X(clock_cuda) X(epoch) X(thread_names) X(counts) \
     X(gpu_interval) X(resolved) X(resolve) X(hash_of) X(sampled) X(trace_state) X(span_kind) X(status) X(scope)   \
-    X(getrandbits) X(id_lock) X(assign_span_id) X(id_generator) X(provider)
+    X(getrandbits) X(id_lock) X(assign_span_id) X(id_generator) X(provider) X(recorder)
 
 static PyObject *g_empty_str, *g_empty_tuple;
+static PyObject *s_timer, *s_pool, *s_free, *s_code_name, *s_dunder_name;
 static PyObject *s_span_id, *s_resource, *s_gpu_timing_errors, *s_device, *s_handle, *s_hex16, *s_sixty_four;
 
 #define KEY(m, k) PyTuple_GET_ITEM((m)->keys, k)
@@ -2152,6 +2153,76 @@ static PyObject *self_time_of(SpanMakerObject *m, RecordObject *rec, PyObject *d
     return self_ns;
 }
 
+/* `rec.gpu_error = getattr(exc, "code_name", type(exc).__name__)` for the Exception set (taken);
+ * 0, or -1 with a non-Exception error left set (or a new failure). */
+static int gpu_error_from_exception(RecordObject *rec) {
+    PyObject *exc = take_exception();
+    if (exc == NULL) return -1;
+    PyObject *name = PyObject_GetAttr(exc, s_code_name);
+    if (name == NULL) {
+        PyErr_Clear();
+        name = PyObject_GetAttr((PyObject *)Py_TYPE(exc), s_dunder_name);
+    }
+    Py_DECREF(exc);
+    if (name == NULL) return -1;
+    Py_XSETREF(rec->gpu_error, name);
+    return 0;
+}
+
+/* CudaTimer.release(mark) in C: the mark's event back to its context's pool. */
+static int release_mark(MarkerObject *marker, PyObject *mark) {
+    PyObject *entry = PyDict_GetItemWithError(marker->marks, mark);
+    if (entry == NULL) return PyErr_Occurred() ? -1 : 0;
+    Py_INCREF(entry);
+    int rc = PyDict_DelItem(marker->marks, mark);
+    if (rc == 0 && PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 2) {
+        PyObject *pool = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 1), s_pool);
+        PyObject *free_list = pool ? PyObject_GetAttr(pool, s_free) : NULL;
+        PyObject *done = free_list ? PyObject_CallMethodOneArg(free_list, s_append, PyTuple_GET_ITEM(entry, 0)) : NULL;
+        rc = done == NULL ? -1 : 0;
+        Py_XDECREF(pool);
+        Py_XDECREF(free_list);
+        Py_XDECREF(done);
+    }
+    Py_DECREF(entry);
+    return rc;
+}
+
+/* SpanBuilder._gpu_interval's common case: the C marker's interval, both marks released;
+ * Py_None when the driver failed (rec.gpu_error set and the marks released, as the Python
+ * method does). NULL without an error: the Python method takes the record (the marker could
+ * not answer: a stale anchor, another context...); NULL with an error: failure. */
+static PyObject *gpu_interval_fast(SpanMakerObject *m, RecordObject *rec) {
+    long long end_mark;
+    if (rec->gpu_error != Py_None || !small_int(rec->end_mark, &end_mark) || end_mark < 0) return NULL;
+    PyObject *timer = PyObject_GetAttr(m->recorder, s_timer), *marker = NULL, *interval = NULL;
+    if (timer == NULL || timer == Py_None) goto python;
+    marker = PyObject_GetAttr(timer, s_marker);
+    if (marker == NULL || Py_TYPE(marker) != &MarkerType) goto python;
+    PyObject *marks[2] = {rec->start_mark, rec->end_mark};
+    interval = marker_interval((MarkerObject *)marker, marks, 2);
+    if (interval == Py_None) goto python;
+    if (interval == NULL) { /* a driver error (CudaError): the record falls back to host timing */
+        if (gpu_error_from_exception(rec) < 0) goto failed;
+        interval = Py_NewRef(Py_None);
+    }
+    if (release_mark((MarkerObject *)marker, rec->start_mark) < 0 || release_mark((MarkerObject *)marker, rec->end_mark) < 0)
+        Py_CLEAR(interval);
+    Py_DECREF(timer);
+    Py_DECREF(marker);
+    return interval;
+python:
+    Py_XDECREF(interval);
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) goto failed;
+        PyErr_Clear();
+    }
+failed:
+    Py_XDECREF(timer);
+    Py_XDECREF(marker);
+    return NULL;
+}
+
 /* The span: (ReadableSpan, attributes, row), None (the Python builder takes rec), or NULL. */
 static PyObject *span_maker_build(SpanMakerObject *m, PyObject *arg) {
     if (!Record_Check(arg)) Py_RETURN_NONE;
@@ -2199,7 +2270,8 @@ static PyObject *span_maker_build(SpanMakerObject *m, PyObject *arg) {
     start = host_start;
     if ((end = PyNumber_Add(host_start, host_duration)) == NULL) goto done;
     if (start_mark >= 0) {
-        PyObject *interval = PyObject_CallOneArg(m->gpu_interval, arg);
+        PyObject *interval = gpu_interval_fast(m, rec);
+        if (interval == NULL && !PyErr_Occurred()) interval = PyObject_CallOneArg(m->gpu_interval, arg);
         if (interval == NULL) goto done;
         if (interval != Py_None) {
             if (!PyTuple_Check(interval) || PyTuple_GET_SIZE(interval) != 2) {
@@ -2374,10 +2446,111 @@ static void span_maker_dealloc(SpanMakerObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* Resolver._resolve's loop for the records SpanMaker builds: pops them from the head of
+ * pending while they are sampled, their GPU end event (if any) has completed (the C marker
+ * says so without waiting) and build() takes them, appending each span, its attributes and
+ * its row to the three lists, until the lists hold `limit` spans. Stops at the first record
+ * it does not take, leaving it at the head for the Python loop (which asks again). A record
+ * whose build fails is popped and the error raised: the caller counts it as a build failure. */
+static PyObject *span_maker_drain(SpanMakerObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_CheckExact(args[1]) || !PyList_CheckExact(args[2]) || !PyList_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "drain(pending, spans: list, attributes: list, rows: list, limit)");
+        return NULL;
+    }
+    PyObject *pending = args[0], *spans = args[1], *attributes = args[2], *rows = args[3];
+    Py_ssize_t limit = PyLong_AsSsize_t(args[4]);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    PyObject *popleft = PyObject_GetAttrString(pending, "popleft"), *marker = NULL;
+    if (popleft == NULL) return NULL;
+    Py_ssize_t taken = 0;
+    int failed = 0;
+    while (PyList_GET_SIZE(spans) < limit) {
+        Py_ssize_t size = PyObject_Length(pending);
+        if (size <= 0) {
+            failed = size < 0;
+            break;
+        }
+        PyObject *head = PySequence_GetItem(pending, 0);
+        if (head == NULL) {
+            failed = 1;
+            break;
+        }
+        RecordObject *rec = (RecordObject *)head;
+        long long end_mark;
+        if (!Record_Check(head) || rec->sampled != Py_True || !record_complete(rec) || !small_int(rec->end_mark, &end_mark)) {
+            Py_DECREF(head);
+            break;
+        }
+        if (end_mark >= 0) { /* done on the GPU? only the C marker's answer, without waiting */
+            if (marker == NULL) {
+                PyObject *timer = PyObject_GetAttr(m->recorder, s_timer);
+                marker = timer == NULL || timer == Py_None ? NULL : PyObject_GetAttr(timer, s_marker);
+                Py_XDECREF(timer);
+                if (marker == NULL || Py_TYPE(marker) != &MarkerType) {
+                    Py_CLEAR(marker);
+                    PyErr_Clear();
+                    Py_DECREF(head);
+                    break;
+                }
+            }
+            PyObject *complete = marker_complete((MarkerObject *)marker, rec->end_mark);
+            if (complete == NULL) { /* a driver error: host timing, as Resolver._gpu_ready does */
+                if (gpu_error_from_exception(rec) < 0) {
+                    Py_DECREF(head);
+                    failed = 1;
+                    break;
+                }
+            } else if (complete != Py_True) { /* not yet, or None: the Python loop decides (and waits) */
+                Py_DECREF(complete);
+                Py_DECREF(head);
+                break;
+            } else {
+                Py_DECREF(complete);
+            }
+        }
+        PyObject *built = span_maker_build(m, head);
+        if (built == Py_None) {
+            Py_DECREF(built);
+            Py_DECREF(head);
+            break;
+        }
+        PyObject *popped = PyObject_CallNoArgs(popleft);
+        if (popped == NULL || popped != head) { /* pending changed under us: cannot happen under the GIL */
+            Py_XDECREF(popped);
+            Py_XDECREF(built);
+            Py_DECREF(head);
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "brickscope: pending changed while resolving");
+            failed = 1;
+            break;
+        }
+        Py_DECREF(popped);
+        Py_DECREF(head);
+        if (built == NULL) { /* the record is taken out: the caller counts the failure */
+            failed = 1;
+            break;
+        }
+        int rc = PyList_Append(spans, PyTuple_GET_ITEM(built, 0)) < 0 ||
+                 PyList_Append(attributes, PyTuple_GET_ITEM(built, 1)) < 0 || PyList_Append(rows, PyTuple_GET_ITEM(built, 2)) < 0;
+        Py_DECREF(built);
+        if (rc) {
+            failed = 1;
+            break;
+        }
+        taken++;
+    }
+    Py_DECREF(popleft);
+    Py_XDECREF(marker);
+    if (failed) return NULL;
+    return PyLong_FromSsize_t(taken);
+}
+
 static PyMethodDef span_maker_methods[] = {
     {"build", (PyCFunction)span_maker_build, METH_O,
      "build(rec): (ReadableSpan, attributes, row) for an ordinary resolved record (row: the SpanRecord "
      "fields the live report's table takes), or None: the Python builder takes it."},
+    {"drain", (PyCFunction)(void (*)(void))span_maker_drain, METH_FASTCALL,
+     "drain(pending, spans, attributes, rows, limit) -> records taken: Resolver._resolve's loop for the "
+     "records build() takes, up to limit spans in the lists; stops at the first other record."},
     {NULL}};
 
 static PyTypeObject SpanMakerType = {
@@ -2552,6 +2725,11 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     INTERN(s_host_ns_field, "host_ns")
     INTERN(s_resource, "resource")
     INTERN(s_span_id, "span_id")
+    INTERN(s_timer, "timer")
+    INTERN(s_code_name, "code_name")
+    INTERN(s_dunder_name, "__name__")
+    INTERN(s_pool, "pool")
+    INTERN(s_free, "free")
     INTERN(s_gpu_timing_errors, "gpu_timing_errors")
     INTERN(s_device, "device")
     INTERN(s_handle, "handle")

@@ -153,23 +153,31 @@ class Resolver:
         spans: list[Any] = []
         attributes: list[Any] = []
         rows: list[Any] = []
+        drain = self._builder.drain
         try:
             while pending:
-                rec = pending[0]
-                if rec.end_mark >= 0 and not self._gpu_ready(timer, rec, block, deadline):
-                    return False
-                pending.popleft()
-                if not rec.sampled:  # an unsampled GPU-timed brick: metrics only
-                    fold_unsampled(*measure(rec))
-                    continue
-                try:
-                    span, attrs, row = build(rec)
-                except Exception:  # a record that cannot become a span is dropped, counted
-                    self._build_failed(processors)
-                    continue
-                spans.append(span)
-                attributes.append(attrs)
-                rows.append(row)
+                if drain is not None:  # the common records, in C, up to a batch
+                    try:
+                        drain(pending, spans, attributes, rows, _PACE_EVERY)
+                    except Exception:  # the record it was building is out of pending: dropped, counted
+                        self._build_failed(processors)
+                        continue
+                if pending and len(spans) < _PACE_EVERY:  # a record the C loop left (or each, without it)
+                    rec = pending[0]
+                    if rec.end_mark >= 0 and not self._gpu_ready(timer, rec, block, deadline):
+                        return False
+                    pending.popleft()
+                    if not rec.sampled:  # an unsampled GPU-timed brick: metrics only
+                        fold_unsampled(*measure(rec))
+                        continue
+                    try:
+                        span, attrs, row = build(rec)
+                    except Exception:  # a record that cannot become a span is dropped, counted
+                        self._build_failed(processors)
+                        continue
+                    spans.append(span)
+                    attributes.append(attrs)
+                    rows.append(row)
                 if len(spans) >= _PACE_EVERY:
                     emit_batch(spans, attributes, rows, processors)
                     emitted += len(spans)

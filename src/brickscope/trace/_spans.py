@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any
 
@@ -55,6 +56,7 @@ from brickscope.trace.attributes import (
 )
 from brickscope.version import __version__
 
+logger = logging.getLogger(__name__)
 _UNSET = Status(StatusCode.UNSET)
 #: The instrumentation scope of every span brickscope builds (one object: identity tells ours).
 INSTRUMENTATION_SCOPE = InstrumentationScope("brickscope", __version__)
@@ -69,8 +71,11 @@ class SpanBuilder:
         self._provider = tracer_provider  # its resource is read per span: the kernel source registry updates it
         self._id_generator = tracer_provider.id_generator
         self._counts = counters.values
-        #: :meth:`build`'s common case in C (``brickscope._hotpath.SpanMaker``), or None.
-        self._fast = _span_maker(self)
+        maker = _span_maker(self)
+        #: :meth:`build`'s common case in C (``brickscope._hotpath.SpanMaker.build``), or None.
+        self._fast = None if maker is None else maker.build
+        #: The resolver's loop over such records in C (``SpanMaker.drain``), or None.
+        self.drain = None if maker is None else maker.drain
 
     def _gpu_interval(self, rec: Record) -> tuple[int, int] | None:
         """(start, end) epoch ns of rec's GPU work, or None with rec.gpu_error set.
@@ -273,7 +278,7 @@ _MAKER_USABLE = (
 
 
 def _span_maker(builder: SpanBuilder) -> Any:
-    """The C maker's ``build`` for this builder, or None (pure Python, or an SDK whose
+    """The C span maker for this builder, or None (pure Python, or an SDK whose
     ReadableSpan or SpanContext is not what the C side makes)."""
     if not _MAKER_USABLE:
         return None
@@ -281,14 +286,19 @@ def _span_maker(builder: SpanBuilder) -> Any:
     # RandomIdGenerator's span ids are random.getrandbits(64) (non-zero): drawn in C under
     # assign_span_id's lock; any other generator is called through assign_span_id.
     random_ids = type(generator) is RandomIdGenerator and type(generator).generate_span_id is RandomIdGenerator.generate_span_id
-    return hotpath.SpanMaker(
-        ReadableSpan, SpanContext, _MAKER_KEYS, _SPAN_FIELDS, CLOCK_HOST, CLOCK_CUDA, EPOCH_OFFSET_NS,
-        builder._thread_names, builder._counts, builder._gpu_interval,  # noqa: SLF001
-        _catalog._resolved, _catalog.resolve, _kernel_sources.hash_of,  # noqa: SLF001
-        _otel_context.SAMPLED, DEFAULT_TRACE_STATE, SpanKind.INTERNAL, _UNSET, INSTRUMENTATION_SCOPE,
-        random.getrandbits if random_ids else None, _otel_context._id_lock, _otel_context.assign_span_id,  # noqa: SLF001
-        generator, builder._provider,  # noqa: SLF001
-    ).build  # fmt: skip
+    try:
+        maker = hotpath.SpanMaker(
+            ReadableSpan, SpanContext, _MAKER_KEYS, _SPAN_FIELDS, CLOCK_HOST, CLOCK_CUDA, EPOCH_OFFSET_NS,
+            builder._thread_names, builder._counts, builder._gpu_interval,  # noqa: SLF001
+            _catalog._resolved, _catalog.resolve, _kernel_sources.hash_of,  # noqa: SLF001
+            _otel_context.SAMPLED, DEFAULT_TRACE_STATE, SpanKind.INTERNAL, _UNSET, INSTRUMENTATION_SCOPE,
+            random.getrandbits if random_ids else None, _otel_context._id_lock, _otel_context.assign_span_id,  # noqa: SLF001
+            generator, builder._provider, builder._recorder,  # noqa: SLF001
+        )  # fmt: skip
+    except Exception:  # noqa: BLE001 - an accelerator that does not fit: the Python builder
+        logger.warning("brickscope: the C span builder could not be set up; spans are built in Python", exc_info=True)
+        return None
+    return maker
 
 
 def _apply_notes(notes: Any, attributes: dict[str, Any]) -> tuple[tuple[Event, ...], Status]:
