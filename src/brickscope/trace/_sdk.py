@@ -2,10 +2,13 @@
 """What brickscope needs from the OTel SDK beyond its public API, in one place.
 
 Resolved spans are handed to the provider's processors directly (the SDK has no
-public way to end a span it did not start), batch processors' queues are watched
-so a sync point does not overflow them, and a static sampler's decision is read
-once instead of asked per root scope. Every private SDK attribute brickscope
-reads is read here.
+public way to end a span it did not start), a batch at a time (the SDK's own
+BatchSpanProcessor queue takes a batch in one step, under its own rules), batch
+processors' queues are watched so a sync point does not overflow them, and a static
+sampler's decision is read once instead of asked per root scope. Every private SDK
+attribute brickscope reads is read here, except two it must read where they are used:
+the fields ``ReadableSpan.__init__`` stores (``_spans``, checked on a probe span) and
+whether the metrics API's proxy histogram has an SDK behind it (``_aggregation``).
 """
 
 from __future__ import annotations
