@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 import brickscope as bs
+from brickscope import _catalog
 
 HANG_GUARD_S = 20.0
 
@@ -181,19 +182,25 @@ class TestEveryLossIsCounted:
         assert books(session.stats()) == (1, 1, 0)
         assert sorted(s.name for s in exporter.delivered) == ["request", "rms_norm"]
 
-    def test_an_error_while_building_a_span_is_counted_and_the_rest_still_arrive(self, exporters, monkeypatch):
+    @pytest.mark.parametrize("inject", ["build", "catalog"])
+    def test_an_error_while_building_a_span_is_counted_and_the_rest_still_arrive(self, exporters, monkeypatch, inject):
         exporter = DrivenExporter(blocked=False)
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(exporter))
         session = bs.configure(provider, clock="host")
-        real_build = session.sync_processor._resolver._builder.build  # noqa: SLF001
+        builder = session.sync_processor._resolver._builder  # noqa: SLF001
+        if inject == "build":  # the Python seam (the C loop, which builds without it, off)
+            real_build = builder.build
 
-        def build(rec):
-            if rec.owner._name == "broken":  # noqa: SLF001
-                raise RuntimeError("injected")
-            return real_build(rec)
+            def build(rec):
+                if rec.owner._name == "broken":  # noqa: SLF001
+                    raise RuntimeError("injected")
+                return real_build(rec)
 
-        monkeypatch.setattr(session.sync_processor._resolver._builder, "build", build)  # noqa: SLF001
+            monkeypatch.setattr(builder, "build", build)
+            monkeypatch.setattr(builder, "drain", None)
+        else:  # a broken catalog entry: the C span maker and the Python builder both fail on it
+            _catalog._resolved[("broken", None)] = object()  # noqa: SLF001 - reset_globals clears it
         for name in ("rms_norm", "broken", "ffn_up"):
             with bs.brick(name):
                 pass
