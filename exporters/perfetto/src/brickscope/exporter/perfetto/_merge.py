@@ -12,7 +12,13 @@ ids where an earlier input already used them, and remapping its track uuids the
 same way (uuid 0, the root track, is shared by design). Every file written by
 this package declares ``CLOCK_REALTIME`` its primary clock and carries its own
 sequence-scoped clock, so the inputs land on one wall-clock timeline. Flow ids
-are left alone: brickscope derives them from random 64-bit span ids.
+are left alone: brickscope derives them from random 64-bit span ids, and its reader
+finds a GPU span's launch by that id. Inputs whose span ids collide (every rank with
+the same deterministic id generator, or one file merged twice) therefore get their
+flow arrows joined across inputs in the Perfetto UI (the trace processor reports no
+error for it), and the reader may pair a GPU span with another input's launch (its
+host start and duration); the slices themselves are unaffected. Not fixed: renaming
+flow ids needs the reader to find launches by flow id instead of span id.
 """
 
 from __future__ import annotations
