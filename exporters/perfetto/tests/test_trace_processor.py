@@ -86,3 +86,32 @@ class TestTraceProcessor:
         assert len(rows) == 2 * len(expected_slices(_spans()))
         processes = _query(tmp_path / "all.pftrace", "SELECT pid FROM process WHERE pid IN (100, 101)")
         assert sorted(r.pid for r in processes) == [100, 101]
+
+    def test_equal_ends_across_batches_keep_their_slices_and_flows(self, tmp_path):
+        """Two GPU slices on one stream ending at the same instant, written in two batches (the
+        case lane rule 4 handles): each slice keeps its exact ts and dur, and each flow goes
+        from a span's own launch slice to its own GPU slice."""
+        outer = make_span(1, "outer", T0 + 20, T0 + 60, attributes=gpu_attributes(T0 + 50, 30, 40, device=0, stream=0))
+        inner = make_span(2, "inner", T0 + 30, T0 + 60, 1, attributes=gpu_attributes(T0 + 40, 0, 30, device=0, stream=0))
+        path = tmp_path / "t.pftrace"
+        with PerfettoSpanExporter(path) as exporter:
+            exporter.export([outer])
+            exporter.export([inner])
+        rows = _query(path, "SELECT name, ts, dur FROM slice")
+        assert sorted((r.name, r.ts, r.dur) for r in rows) == expected_slices([outer, inner])
+        flows = _query(
+            path,
+            "SELECT o.name AS a, o.ts AS a_ts, i.name AS b, i.ts AS b_ts FROM flow f "
+            "JOIN slice o ON f.slice_out = o.id JOIN slice i ON f.slice_in = i.id",
+        )
+        # Each pair is {launch slice, GPU slice} of one span (the trace processor orders a
+        # flow by which slice begins first): outer's launch at +50, its GPU slice at +20;
+        # inner's launch at +40, its GPU slice at +30.
+        pairs = sorted(tuple(sorted(((r.a, r.a_ts - T0), (r.b, r.b_ts - T0)))) for r in flows)
+        launches = {(r.name, r.ts - T0) for r in rows} - {("outer", 20), ("inner", 30)}
+        assert len(pairs) == 2 and len(launches) == 2
+        assert {pair[0][1] for pair in pairs} | {pair[1][1] for pair in pairs} == {20, 30, 40, 50}
+        by_gpu = {next(p for p in pair if p in {("outer", 20), ("inner", 30)}): pair for pair in pairs}
+        assert {gpu: {p[1] for p in pair} for gpu, pair in by_gpu.items()} == {("outer", 20): {20, 50}, ("inner", 30): {30, 40}}
+        errors = _query(path, "SELECT name, value FROM stats WHERE severity IN ('error', 'data_loss') AND value > 0")
+        assert [(r.name, r.value) for r in errors] == []
