@@ -64,7 +64,27 @@ typedef struct {
     PyObject *builder;
     PyObject *op_codes, *category_codes, *resources, *lanes; /* borrowed from the builder, per call */
     Slot *columns[N_COLUMNS];
+    /* The previous row's code lookups, reused while rows repeat the same key objects (a
+     * batch of one program's spans mostly does): the code tables only grow during a call,
+     * and an entry, once made, keeps its code. Keys compared by identity (the same objects
+     * are the same key); the objects are held, so an identity cannot be reused meanwhile. */
+    PyObject *op_name, *op_category, *op_brick; /* NULL: nothing cached */
+    long long op_kind, op_code, category_code;
+    PyObject *resource, *entry; /* the resource and its entry (resource, rank code, host, ...) */
+    long long rank;
+    PyObject *lane_ordinal, *lane_handle; /* with entry: the lane's key */
+    long long device, stream;
 } Ctx;
+
+static void ctx_clear(Ctx *c) {
+    Py_CLEAR(c->op_name);
+    Py_CLEAR(c->op_category);
+    Py_CLEAR(c->op_brick);
+    Py_CLEAR(c->resource);
+    Py_CLEAR(c->entry);
+    Py_CLEAR(c->lane_ordinal);
+    Py_CLEAR(c->lane_handle);
+}
 
 #define ABSENT(v) ((v) == NULL || (v) == Py_None)
 
@@ -183,18 +203,30 @@ static int fast_row(Ctx *c, Py_ssize_t row, PyObject *const *head, PyObject *con
     } else {
         category_name = g_empty;
     }
-    PyObject *key = PyTuple_Pack(4, g_kinds[kind], name, category_name, brick_name);
-    if (key == NULL) return -1;
-    PyObject *op = PyDict_GetItemWithError(c->op_codes, key);
-    Py_DECREF(key);
-    if (op == NULL) return PyErr_Occurred() ? -1 : FALLBACK;
-    long long category = -1;
-    PyObject *category_code = PyDict_GetItemWithError(c->category_codes, category_name);
-    if (category_code == NULL) {
-        if (PyErr_Occurred()) return -1;
-        if (PyUnicode_GET_LENGTH(category_name)) return FALLBACK; /* a new category */
-    } else if (code_of(category_code, &category) < 0) {
-        return -1;
+    long long op_code, category = -1;
+    if (c->op_name == name && c->op_category == category_name && c->op_brick == brick_name && c->op_kind == kind) {
+        op_code = c->op_code;
+        category = c->category_code;
+    } else {
+        PyObject *key = PyTuple_Pack(4, g_kinds[kind], name, category_name, brick_name);
+        if (key == NULL) return -1;
+        PyObject *op = PyDict_GetItemWithError(c->op_codes, key);
+        Py_DECREF(key);
+        if (op == NULL) return PyErr_Occurred() ? -1 : FALLBACK;
+        if (code_of(op, &op_code) < 0) return -1;
+        PyObject *category_code = PyDict_GetItemWithError(c->category_codes, category_name);
+        if (category_code == NULL) {
+            if (PyErr_Occurred()) return -1;
+            if (PyUnicode_GET_LENGTH(category_name)) return FALLBACK; /* a new category */
+        } else if (code_of(category_code, &category) < 0) {
+            return -1;
+        }
+        Py_XSETREF(c->op_name, Py_NewRef(name));
+        Py_XSETREF(c->op_category, Py_NewRef(category_name));
+        Py_XSETREF(c->op_brick, Py_NewRef(brick_name));
+        c->op_kind = kind;
+        c->op_code = op_code;
+        c->category_code = category;
     }
     /* start, end, self */
     int overflow = 0;
@@ -207,14 +239,25 @@ static int fast_row(Ctx *c, Py_ssize_t row, PyObject *const *head, PyObject *con
     int self_given = kind == KIND_BRICK && !ABSENT(v[K_SELF]);
     if (!self_given && __builtin_sub_overflow(t1, t0, &self_ns)) return FALLBACK;
     /* the resource's entry: (resource, rank code, host, device models) */
-    PyObject *resource_id = PyLong_FromVoidPtr(resource);
-    if (resource_id == NULL) return -1;
-    PyObject *entry = PyDict_GetItemWithError(c->resources, resource_id);
-    Py_DECREF(resource_id);
-    if (entry == NULL) return PyErr_Occurred() ? -1 : FALLBACK;
-    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 3 || PyTuple_GET_ITEM(entry, 0) != resource) return FALLBACK;
+    PyObject *entry;
     long long rank;
-    if (code_of(PyTuple_GET_ITEM(entry, 1), &rank) < 0) return -1;
+    if (c->resource == resource) {
+        entry = c->entry;
+        rank = c->rank;
+    } else {
+        PyObject *resource_id = PyLong_FromVoidPtr(resource);
+        if (resource_id == NULL) return -1;
+        entry = PyDict_GetItemWithError(c->resources, resource_id);
+        Py_DECREF(resource_id);
+        if (entry == NULL) return PyErr_Occurred() ? -1 : FALLBACK;
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 3 || PyTuple_GET_ITEM(entry, 0) != resource) return FALLBACK;
+        if (code_of(PyTuple_GET_ITEM(entry, 1), &rank) < 0) return -1;
+        Py_XSETREF(c->resource, Py_NewRef(resource));
+        Py_XSETREF(c->entry, Py_NewRef(entry));
+        c->rank = rank;
+        Py_CLEAR(c->lane_ordinal); /* the lane's key includes the entry's */
+        Py_CLEAR(c->lane_handle);
+    }
     /* clock, device, stream */
     long long clock = 0, device = -1, stream = -1;
     PyObject *clock_name = v[K_CLOCK];
@@ -234,13 +277,22 @@ static int fast_row(Ctx *c, Py_ssize_t row, PyObject *const *head, PyObject *con
                 } else {
                     handle = g_zero;
                 }
-                PyObject *lane = PyTuple_Pack(4, PyTuple_GET_ITEM(entry, 1), PyTuple_GET_ITEM(entry, 2), ordinal, handle);
-                if (lane == NULL) return -1;
-                PyObject *codes = PyDict_GetItemWithError(c->lanes, lane);
-                Py_DECREF(lane);
-                if (codes == NULL) return PyErr_Occurred() ? -1 : FALLBACK;
-                if (code_of(PyTuple_GET_ITEM(codes, 0), &device) < 0 || code_of(PyTuple_GET_ITEM(codes, 1), &stream) < 0)
-                    return -1;
+                if (c->lane_ordinal == ordinal && c->lane_handle == handle) {
+                    device = c->device;
+                    stream = c->stream;
+                } else {
+                    PyObject *lane = PyTuple_Pack(4, PyTuple_GET_ITEM(entry, 1), PyTuple_GET_ITEM(entry, 2), ordinal, handle);
+                    if (lane == NULL) return -1;
+                    PyObject *codes = PyDict_GetItemWithError(c->lanes, lane);
+                    Py_DECREF(lane);
+                    if (codes == NULL) return PyErr_Occurred() ? -1 : FALLBACK;
+                    if (code_of(PyTuple_GET_ITEM(codes, 0), &device) < 0 || code_of(PyTuple_GET_ITEM(codes, 1), &stream) < 0)
+                        return -1;
+                    Py_XSETREF(c->lane_ordinal, Py_NewRef(ordinal));
+                    Py_XSETREF(c->lane_handle, Py_NewRef(handle));
+                    c->device = device;
+                    c->stream = stream;
+                }
             }
         }
     }
@@ -251,7 +303,7 @@ static int fast_row(Ctx *c, Py_ssize_t row, PyObject *const *head, PyObject *con
     Slot **col = c->columns;
     PyObject *flops = ABSENT(v[K_FLOPS]) ? v[K_SHORT_FLOPS] : v[K_FLOPS];
     PyObject *tokens = ABSENT(v[K_TOKENS]) ? v[K_SHORT_TOKENS] : v[K_TOKENS];
-    if (code_of(op, &col[C_OP][row].q) < 0) return -1;
+    col[C_OP][row].q = op_code;
     col[C_KIND][row].q = kind;
     col[C_CATEGORY][row].q = category;
     col[C_START][row].q = t0;
@@ -414,9 +466,11 @@ static PyObject *make_rows(PyObject *builder, PyObject *batch, int from_records)
         }
     }
     for (int i = 0; i < 4; i++) Py_DECREF(attrs[i]);
+    ctx_clear(&c);
     return result;
 failed:
     for (int i = 0; i < 4; i++) Py_XDECREF(attrs[i]);
+    ctx_clear(&c);
     Py_DECREF(result);
     return NULL;
 }

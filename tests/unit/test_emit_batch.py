@@ -302,3 +302,26 @@ class TestFoldBatch:
         assert one.bricks == batch.bricks and one.categories == batch.categories
         assert one.report("json") == batch.report("json")
         assert one.errors == batch.errors == 0
+
+    def test_rows_a_batch_keeps_are_in_every_read_of_the_table_in_order(self):
+        """fold_batch keeps rows for the table a few thousand at a time: a table read, a span
+        folded one by one, the drop count and reset all see them, in the order folded."""
+        spans, attributes = self._spans()
+        rows = [
+            (s.name, s.start_time, s.end_time, s.context.span_id, s.parent.span_id if s.parent else 0, s.resource, a)
+            for s, a in zip(spans, attributes)
+        ]
+        aggregator = CategoryAggregator()
+        aggregator.fold_batch(spans[:10], attributes[:10], rows[:10])
+        aggregator.fold(spans[10], attributes[10])
+        aggregator.fold_batch(spans[11:], attributes[11:], rows[11:])
+        table = aggregator.table(backend="python")
+        assert table.rows == len(spans)
+        assert list(table["span_id"]) == [s.context.span_id for s in spans]
+        assert aggregator.dropped == 0
+        bounded = CategoryAggregator(max_spans=5)
+        bounded.fold_batch(spans, attributes, rows)
+        assert bounded.dropped == len(spans) - 5
+        aggregator.fold_batch(spans, attributes, rows)
+        aggregator.reset()
+        assert aggregator.table(backend="python").rows == 0
