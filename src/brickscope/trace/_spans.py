@@ -3,9 +3,11 @@
 
 The OTel SDK freezes a span before any processor can add to it
 (opentelemetry-python#5614), and an SDK span costs 7-11 us to create, so
-brickscope builds ``ReadableSpan`` objects directly (about 0.5 us each) once a
-record's timing is known: GPU events or the host clock, the brickscope
-attributes, self time, the real parent ids and the provider's resource.
+brickscope builds ``ReadableSpan`` objects directly once a record's timing is
+known: GPU events or the host clock, the brickscope attributes, self time, the
+real parent ids and the provider's resource. Ordinary records are built in C
+(``brickscope._hotpath.SpanMaker``, ~1 us a span with everything around it on the
+host clock); :meth:`SpanBuilder.build_py` is the reference and takes the rest.
 
 Example::
 
