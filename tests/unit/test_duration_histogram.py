@@ -11,7 +11,7 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from brickscope._otel_context import EMPTY_CONTEXT, with_span
-from brickscope.trace import _totals
+from brickscope.trace import _sdk_metrics, _totals
 from brickscope.trace import attributes as A
 from brickscope.trace._aggregation import DURATION_BUCKETS_S
 
@@ -57,7 +57,7 @@ class TestDurationHistogram:
         """Bucket counts, count, sum, min and max of each (brick, category) are those of its values."""
         reader = InMemoryMetricReader()
         _, histogram = setup(reader)
-        assert histogram.direct
+        assert histogram.direct == _sdk_metrics.CHECKED_SDK  # (an SDK release not checked: every value recorded)
         histogram.add_many(VALUES)
         found = points(reader)
         norm = found["rms_norm"]
@@ -103,6 +103,17 @@ class TestDurationHistogram:
         norm = points(reader)["rms_norm"]
         assert norm.bucket_counts == bucket_counts(b0=3, b2=1)
         assert [(e.span_id, e.value) for e in norm.exemplars] == [(0x2, 1e-6)]
+
+    def test_an_sdk_release_not_checked_gets_every_value_through_the_sdk(self, monkeypatch):
+        """Private names may stay and change meaning in another release: only checked ones are added to."""
+        monkeypatch.setattr(_sdk_metrics, "CHECKED_SDK", False)
+        reader = InMemoryMetricReader()
+        _, histogram = setup(reader)
+        assert not histogram.direct
+        histogram.add_many(VALUES)
+        norm = points(reader)["rms_norm"]
+        assert norm.bucket_counts == bucket_counts(b0=3, b2=2, b12=1)
+        assert (norm.count, norm.min, norm.max) == (6, 1e-6, 7e-3)
 
     def test_a_view_with_other_buckets_gets_every_value_through_the_sdk(self):
         """With a View that re-buckets the histogram the hand-over is not exact: every value is

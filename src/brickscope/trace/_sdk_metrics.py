@@ -29,6 +29,14 @@ from typing import Any, Sequence
 
 logger = logging.getLogger(__name__)
 
+from opentelemetry.sdk.version import __version__ as _SDK_VERSION
+
+#: SDK releases whose internals this module was read against and tested with
+#: (tests/unit/test_duration_histogram.py). Another release may keep the private names
+#: and change what they mean, so it records one value per call until checked and added.
+CHECKED_SDK_RELEASES = ("1.45.",)
+CHECKED_SDK = _SDK_VERSION.startswith(CHECKED_SDK_RELEASES)
+
 try:  # SDK 1.45 layout; another one: not eligible, record per value
     from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
     from opentelemetry.sdk.metrics._internal._view_instrument_match import _OVERFLOW_KEY, _hash_attributes
@@ -55,7 +63,7 @@ def _eligible(match: Any, bounds: Sequence[float]) -> bool:
 def can_add_points(meter_provider: Any, instrument: Any, bounds: Sequence[float]) -> bool:
     """Whether pre-aggregated values of ``instrument`` can be added exactly (see the module
     docstring); False on anything unexpected."""
-    if SdkMeterProvider is None or not isinstance(meter_provider, SdkMeterProvider):
+    if not CHECKED_SDK or SdkMeterProvider is None or not isinstance(meter_provider, SdkMeterProvider):
         return False
     try:
         return all(_eligible(match, bounds) for matches in _matches(meter_provider, instrument) for match in matches)
