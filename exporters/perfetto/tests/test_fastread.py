@@ -5,7 +5,6 @@ and their types, errors, fallbacks), on our traces and on generated ones."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -33,16 +32,6 @@ def test_the_implementation_in_use_is_the_one_asked_for():
     assert (_annotations._fast is not None) == (in_use == "c")
 
 
-@pytest.fixture(scope="module")
-def fast():
-    """The C module, imported directly (also in the pure-Python pass: the comparison needs it)."""
-    if importlib.util.find_spec(NAME) is None:
-        if _native.REQUIRE_NATIVE:
-            pytest.fail(f"{NAME} is not built")
-        pytest.skip(f"{NAME} is not built here (no C compiler?): nothing to compare")
-    module = importlib.import_module(NAME)
-    _reader.configure_accelerator(module)
-    return module
 
 
 def _typed(decoded):

@@ -5,8 +5,6 @@ error in both; and reading still streams (spans come out before the file is read
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -15,24 +13,12 @@ from opentelemetry.sdk.trace import Event
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
 from pftrace_testlib import T0, THREAD, TRACE_ID, gpu_attributes, make_span
 
-from brickscope import _native
 from brickscope.exporter.perfetto import PerfettoSpanExporter, _annotations, _reader
 from brickscope.offline import TraceFileError, open_records, open_spans
 
-NAME = "brickscope.exporter.perfetto._fastread"
 GOLDEN = sorted((Path(__file__).parents[3] / "tests" / "golden").glob("*.pftrace"))
 
 
-@pytest.fixture(scope="module")
-def fast():
-    """The C module, imported directly (also in the pure-Python pass: the comparison needs it)."""
-    if importlib.util.find_spec(NAME) is None:
-        if _native.REQUIRE_NATIVE:
-            pytest.fail(f"{NAME} is not built")
-        pytest.skip(f"{NAME} is not built here (no C compiler?): nothing to compare")
-    module = importlib.import_module(NAME)
-    _reader.configure_accelerator(module)
-    return module
 
 
 def _typed(value: Any) -> Any:
