@@ -19,6 +19,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -246,6 +247,17 @@ typedef struct {
 static PyObject *s_cuda_error, *s_anchor, *s_ctx, *s_lock, *s_acquire, *s_release, *s_host_ns_attr, *s_anchor_max_age, *s_host_ns_field;
 static PyObject *s_mark, *s_marker_entry, *s_record_failed, *s_marker, *s_host_only, *s_mark_failed, *s_stream;
 
+/* A pointer-sized handle from an int. CPython 3.11's PyLong_AsUnsignedLongLong converts a
+ * multi-digit int through _PyLong_AsByteArray; PyLong_AsUnsignedLong (the same 64 bits on
+ * LP64) shifts its digits in, which costs less for every event and context handle. */
+static unsigned long long handle_value(PyObject *value) {
+#if ULONG_MAX == ULLONG_MAX
+    return PyLong_AsUnsignedLong(value);
+#else
+    return PyLong_AsUnsignedLongLong(value);
+#endif
+}
+
 /* CudaTimer.mark(ref) in C: the same events, pool, mark ids and table; anything unusual
  * (unknown or legacy stream, empty pool, another context current, a failed record) is
  * the Python method's (or its _record_failed's) to handle. New reference. */
@@ -276,8 +288,8 @@ static PyObject *marker_mark(MarkerObject *self, PyObject *ref) {
         if (entry == NULL) return NULL;
     }
     PyObject *free = PyTuple_GET_ITEM(entry, 0), *context = PyTuple_GET_ITEM(entry, 1);
-    unsigned long long stream = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(entry, 2));
-    unsigned long long ctx = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(entry, 3));
+    unsigned long long stream = handle_value(PyTuple_GET_ITEM(entry, 2));
+    unsigned long long ctx = handle_value(PyTuple_GET_ITEM(entry, 3));
     if (PyErr_Occurred()) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(free);
     void *current = NULL;
@@ -290,7 +302,7 @@ static PyObject *marker_mark(MarkerObject *self, PyObject *ref) {
         return NULL;
     }
     PyObject *handle = PyNumber_Long(event);
-    unsigned long long event_handle = handle == NULL ? 0 : PyLong_AsUnsignedLongLong(handle);
+    unsigned long long event_handle = handle == NULL ? 0 : handle_value(handle);
     Py_XDECREF(handle);
     if (PyErr_Occurred()) {
         PyList_Append(free, event);
@@ -394,7 +406,7 @@ static PyObject *marker_disable(MarkerObject *self, PyObject *unused) {
 static unsigned long long raw_handle(PyObject *object) {
     PyObject *value = PyNumber_Long(object);
     if (value == NULL) return 0;
-    unsigned long long handle = PyLong_AsUnsignedLongLong(value);
+    unsigned long long handle = handle_value(value);
     Py_DECREF(value);
     return handle;
 }
@@ -424,6 +436,21 @@ static int mark_event(MarkerObject *self, PyObject *mark, void **event, PyObject
     *event = (void *)(uintptr_t)event_handle;
     *context = PyTuple_GET_ITEM(entry, 1);
     *ctx = (void *)(uintptr_t)ctx_handle;
+    return 1;
+}
+
+/* mark_event for a mark expected in the same _Context as another (the end of a pair): when
+ * its entry holds that very _Context object, its context handle is known (ctx). */
+static int mark_event_same(MarkerObject *self, PyObject *mark, PyObject *known, void *known_ctx, void **event,
+                           PyObject **context, void **ctx) {
+    PyObject *entry = PyDict_GetItemWithError(self->marks, mark);
+    if (entry == NULL || !PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) return PyErr_Occurred() ? -1 : 0;
+    if (PyTuple_GET_ITEM(entry, 1) != known) return mark_event(self, mark, event, context, ctx);
+    unsigned long long event_handle = raw_handle(PyTuple_GET_ITEM(entry, 0));
+    if (PyErr_Occurred()) return -1;
+    *event = (void *)(uintptr_t)event_handle;
+    *context = known;
+    *ctx = known_ctx;
     return 1;
 }
 
@@ -457,6 +484,38 @@ static PyObject *marker_complete(MarkerObject *self, PyObject *mark) {
     return cuda_error(self, err); /* the CudaError is_complete would raise */
 }
 
+/* brickscope._clock.host_ns() without its Python frame: perf_counter_ns() + EPOCH_OFFSET_NS,
+ * when fn is that function and its module still uses time.perf_counter_ns (tests replace
+ * either). 1: *value set; 0: call fn; -1: error. */
+static PyObject *g_clock_host_ns, *g_clock_module_dict;
+static int host_ns_in_c(PyObject *fn, long long *value) {
+    if (g_clock_host_ns == NULL) {
+        PyObject *module = PyImport_ImportModule("brickscope._clock");
+        if (module == NULL) return -1;
+        g_clock_host_ns = PyObject_GetAttrString(module, "host_ns");
+        g_clock_module_dict = Py_NewRef(PyModule_GetDict(module));
+        Py_DECREF(module);
+        if (g_clock_host_ns == NULL) {
+            Py_CLEAR(g_clock_module_dict);
+            return -1;
+        }
+    }
+    if (fn != g_clock_host_ns || g_perf_counter_ns == NULL || !g_clock_is_monotonic) return 0;
+    PyObject *counter = PyDict_GetItemWithError(g_clock_module_dict, s_perf_counter_ns);
+    if (counter != g_perf_counter_ns) return PyErr_Occurred() ? -1 : 0;
+    PyObject *offset = PyDict_GetItemString(g_clock_module_dict, "EPOCH_OFFSET_NS");
+    if (offset == NULL || !PyLong_CheckExact(offset)) return 0;
+    long long epoch = PyLong_AsLongLong(offset);
+    if (epoch == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    *value = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec + epoch;
+    return 1;
+}
+
 static long long round_ms_to_ns(float ms) { return (long long)nearbyint((double)ms * 1e6); }
 
 /* (host_time_ns(start), + elapsed_ns(start, end)) in C, or None: the Python methods decide
@@ -469,7 +528,7 @@ static PyObject *marker_interval(MarkerObject *self, PyObject *const *args, Py_s
     void *start_event, *end_event, *ctx, *end_ctx;
     PyObject *context, *end_context;
     int found = self->enabled ? mark_event(self, args[0], &start_event, &context, &ctx) : 0;
-    if (found > 0) found = mark_event(self, args[1], &end_event, &end_context, &end_ctx);
+    if (found > 0) found = mark_event_same(self, args[1], context, ctx, &end_event, &end_context, &end_ctx);
     if (found <= 0 || end_ctx != ctx) {
         if (found < 0) return NULL;
         Py_RETURN_NONE;
@@ -494,10 +553,19 @@ static PyObject *marker_interval(MarkerObject *self, PyObject *const *args, Py_s
     }
     PyObject *host_ns = PyObject_GetAttr(self->timer, s_host_ns_attr);
     if (host_ns == NULL) goto done;
-    now = PyObject_CallNoArgs(host_ns);
+    long long now_ns = 0;
+    int known = host_ns_in_c(host_ns, &now_ns);
+    if (known < 0) {
+        Py_DECREF(host_ns);
+        goto done;
+    }
+    if (!known) {
+        now = PyObject_CallNoArgs(host_ns);
+        now_ns = now == NULL ? 0 : PyLong_AsLongLong(now);
+    }
     Py_DECREF(host_ns);
     anchor_ns = PyTuple_GET_ITEM(anchor, 1);
-    long long now_ns = now == NULL ? 0 : PyLong_AsLongLong(now), base = PyLong_AsLongLong(anchor_ns);
+    long long base = PyLong_AsLongLong(anchor_ns);
     long long age_limit = PyLong_AsLongLong(max_age);
     unsigned long long anchor_event = raw_handle(PyTuple_GET_ITEM(anchor, 0));
     if (PyErr_Occurred()) goto done;
@@ -2178,6 +2246,13 @@ static int release_mark(MarkerObject *marker, PyObject *mark) {
     if (rc == 0 && PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 2) {
         PyObject *pool = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 1), s_pool);
         PyObject *free_list = pool ? PyObject_GetAttr(pool, s_free) : NULL;
+        if (free_list != NULL && PyList_CheckExact(free_list)) { /* the pool's list: append without the call */
+            rc = PyList_Append(free_list, PyTuple_GET_ITEM(entry, 0));
+            Py_DECREF(pool);
+            Py_DECREF(free_list);
+            Py_DECREF(entry);
+            return rc;
+        }
         PyObject *done = free_list ? PyObject_CallMethodOneArg(free_list, s_append, PyTuple_GET_ITEM(entry, 0)) : NULL;
         rc = done == NULL ? -1 : 0;
         Py_XDECREF(pool);
@@ -2223,6 +2298,16 @@ failed:
     return NULL;
 }
 
+/* The attributes dict, sized for a GPU brick's 14 keys: grown from empty it is resized twice
+ * (at the 6th and the 11th key) and ends with the same 32-slot table. */
+static PyObject *new_attributes_dict(void) {
+#if PY_VERSION_HEX < 0x030D0000
+    return _PyDict_NewPresized(14);
+#else
+    return PyDict_New();
+#endif
+}
+
 /* The span: (ReadableSpan, attributes, row), None (the Python builder takes rec), or NULL. */
 static PyObject *span_maker_build(SpanMakerObject *m, PyObject *arg) {
     if (!Record_Check(arg)) Py_RETURN_NONE;
@@ -2255,7 +2340,7 @@ static PyObject *span_maker_build(SpanMakerObject *m, PyObject *arg) {
     PyObject *attributes = NULL, *host_start = NULL, *host_duration = NULL, *start = NULL, *end = NULL, *out = NULL;
     PyObject *clock = m->clock_host, *parent_context = NULL, *context = NULL, *span = NULL;
     PyObject *resource = NULL;
-    if ((attributes = PyDict_New()) == NULL) goto done;
+    if ((attributes = new_attributes_dict()) == NULL) goto done;
     if ((host_start = PyNumber_Add(rec->host_start, m->epoch)) == NULL) goto done;
     if ((host_duration = PyNumber_Subtract(rec->host_end, rec->host_start)) == NULL) goto done;
     PyObject *thread_name = PyDict_GetItemWithError(m->thread_names, rec->thread_id);

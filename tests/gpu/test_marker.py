@@ -157,3 +157,42 @@ def test_a_driver_error_in_the_c_queries_is_the_timers_cuda_error(timer: CudaTim
         marker.interval(start, end)
     begin = timer.host_time_ns(start)
     assert marker.interval(start, end) == (begin, begin + timer.elapsed_ns(start, end))
+
+
+def test_the_c_interval_reads_the_core_host_clock_as_python_would(simdriver: Any, monkeypatch: Any) -> None:
+    """With the core's clock (brickscope._clock.host_ns, what configure() gives the timer) the
+    C marker reads it without calling it, so it must see what a call would: a moved
+    EPOCH_OFFSET_NS makes the anchor stale (None: the timer re-anchors), and a replaced
+    perf_counter_ns is called."""
+    from cuda.bindings import driver as drv
+
+    from brickscope import _clock
+
+    with CudaTimer(host_ns=_clock.host_ns) as timer:
+        drv.cuCtxSetCurrent(drv.cuDevicePrimaryCtxRetain(0)[1])
+        try:
+            marker = timer._marker
+            if marker is None:
+                assert _native.implementations().get("brickscope._hotpath") != "c"
+                return
+            ref = timer.stream_ref(new_stream())
+            start, end = marker.mark(ref), marker.mark(ref)
+            timer.wait(end)
+            begin = timer.host_time_ns(start)  # the anchor, on the real clock
+            assert marker.interval(start, end) == (begin, begin + timer.elapsed_ns(start, end))
+            monkeypatch.setattr(_clock, "EPOCH_OFFSET_NS", _clock.EPOCH_OFFSET_NS + 10**12)
+            assert marker.interval(start, end) is None  # the anchor looks 1,000 s old
+            monkeypatch.undo()
+            assert marker.interval(start, end) == (begin, begin + timer.elapsed_ns(start, end))
+            calls = []
+            real = _clock.perf_counter_ns
+
+            def counted() -> int:
+                calls.append(1)
+                return real()
+
+            monkeypatch.setattr(_clock, "perf_counter_ns", counted)
+            assert marker.interval(start, end) == (begin, begin + timer.elapsed_ns(start, end))
+            assert calls  # the replaced clock was asked
+        finally:
+            drv.cuCtxSetCurrent(None)
