@@ -132,6 +132,22 @@ def duration_histogram_mode(value: str | None) -> str:
     return value
 
 
+def _brick_figures(span: Any, attributes: Any) -> tuple[str, str, int, int] | None:
+    """(name, category, self time ns, elements) of a brick span, None for any other span.
+    A span brickscope did not resolve has no self time: its whole duration counts."""
+    if not attributes or attributes.get(SCOPE_KIND) != SCOPE_KIND_BRICK:
+        return None
+    self_ns = attributes.get(BRICK_SELF_DURATION_NS)
+    if self_ns is None:  # not resolved by brickscope: no nesting information
+        self_ns = span.end_time - span.start_time
+    return (
+        attributes.get(BRICK_NAME, span.name),
+        attributes.get(BRICK_CATEGORY, "other"),
+        self_ns,
+        attributes.get(BRICK_ELEMENTS, 0),
+    )
+
+
 class CategoryAggregator(SpanProcessor):
     """Aggregates brick spans per brick and per category, and records OTel metrics.
 
@@ -204,14 +220,11 @@ class CategoryAggregator(SpanProcessor):
             if self._row_batch:
                 self._hand_rows()
             self._rows.add(span, attributes)
-            if not attributes or attributes.get(SCOPE_KIND) != SCOPE_KIND_BRICK:
+            brick = _brick_figures(span, attributes)
+            if brick is None:
                 return
-            name = attributes.get(BRICK_NAME, span.name)
-            category = attributes.get(BRICK_CATEGORY, "other")
-            self_ns = attributes.get(BRICK_SELF_DURATION_NS)
-            if self_ns is None:  # not resolved by brickscope: no nesting information
-                self_ns = span.end_time - span.start_time
-            self._totals.add(name, category, self_ns, attributes.get(BRICK_ELEMENTS, 0))
+            name, category, self_ns, elements = brick
+            self._totals.add(name, category, self_ns, elements)
             if self._duration is not None:  # with this span's context for an exemplar
                 self._duration.add(name, category, self_ns, span.context if self._exemplars else None)
         except Exception:
@@ -261,14 +274,10 @@ class CategoryAggregator(SpanProcessor):
         """fold_batch's sums in Python (the reference of ``brickscope._hotpath.fold_sums``)."""
         for span, attrs in zip(spans, attributes):
             try:
-                if not attrs or attrs.get(SCOPE_KIND) != SCOPE_KIND_BRICK:
+                brick = _brick_figures(span, attrs)
+                if brick is None:
                     continue
-                name = attrs.get(BRICK_NAME, span.name)
-                category = attrs.get(BRICK_CATEGORY, "other")
-                self_ns = attrs.get(BRICK_SELF_DURATION_NS)
-                if self_ns is None:  # not resolved by brickscope: no nesting information
-                    self_ns = span.end_time - span.start_time
-                elements = attrs.get(BRICK_ELEMENTS, 0)
+                name, category, self_ns, elements = brick
                 key = (name, category)
                 count, total, elems = sums.get(key, _ZERO)
                 sums[key] = (count + 1, total + self_ns, elems + elements)
