@@ -103,11 +103,11 @@ class Resolver:
                     self._unsampled.fold(*self._builder.measure(rec))
                     continue
                 try:
-                    built = self._builder.build(rec)
+                    span, attributes, row = self._builder.build(rec)
                 except Exception:
                     self._build_failed(self._downstream.processors())
                     continue
-                self._downstream.emit(built)
+                self._downstream.emit_batch([span], [attributes], [row], self._downstream.processors())
                 self._counts["spans_emitted"] += 1
             self._flush_unsampled(self._downstream.processors())
 

@@ -17,7 +17,7 @@ import os
 import time
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.sampling import Decision, ParentBased, StaticSampler
 
@@ -90,33 +90,12 @@ class Downstream:
         own = self._own
         return tuple(_kind(p) for p in provider_processors(self._provider) if p is not own)
 
-    def emit(self, built: tuple[ReadableSpan, dict[str, Any], tuple], processors: tuple | None = None) -> None:
-        """Hand an ended span to every downstream processor, isolating their faults.
-
-        A CategoryAggregator gets the attributes dict we just built along with the span,
-        sparing it a read-only view and six lookups through it per span. Export pipelines
-        count the span handed to them (see ``_delivery``).
-        """
-        span, attributes = built[0], built[1]
-        if processors is None:
-            processors = self.processors()
-        for processor, kind, account in processors:
-            try:
-                if kind == AGGREGATOR:
-                    processor.fold(span, attributes)
-                    continue
-                if kind and not account.closed:
-                    account.handed += 1
-                processor.on_end(span)
-            except Exception:  # opentelemetry-python#5624: never let one reach the app
-                self._counts["processor_errors"] += 1
-                self._counters.log_once(f"on_end:{type(processor).__name__}", "brickscope: a span processor failed")
-
     def emit_batch(self, spans: list, attributes: list, rows: list, processors: tuple) -> None:
-        """Hand a batch of ended spans (in order) to every downstream processor, as
-        :meth:`emit` would one by one, isolating their faults.
+        """Hand a batch of ended spans (in order) to every downstream processor, isolating
+        their faults. Export pipelines count the spans handed to them (see ``_delivery``).
 
-        A CategoryAggregator folds the batch at once (:meth:`CategoryAggregator.fold_batch`:
+        A CategoryAggregator gets the attributes dicts we just built along with the spans
+        (no read-only view, no lookups through one) and folds the batch at once (:meth:`CategoryAggregator.fold_batch`:
         the table takes the rows under one lock, the totals one merge); the SDK's own
         BatchSpanProcessor gets the batch appended to its queue at once when it all fits
         (:func:`_enqueue`), which is what its ``on_end`` does span by span; any other
