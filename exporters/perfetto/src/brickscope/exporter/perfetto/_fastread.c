@@ -671,29 +671,27 @@ undecodable:
  * the Python _Open objects the reference makes too.
  */
 
+#define OPEN_SLICE_FIELDS(X) X(start) X(name) X(trace_id) X(attributes) X(meta) X(flows)
+
 typedef struct {
     PyObject_HEAD
-    PyObject *start, *name, *trace_id, *attributes, *meta, *flows;
+#define X(f) PyObject *f;
+    OPEN_SLICE_FIELDS(X)
+#undef X
     char ours;
 } OpenSlice;
 
 static int open_slice_traverse(OpenSlice *self, visitproc visit, void *arg) {
-    Py_VISIT(self->start);
-    Py_VISIT(self->name);
-    Py_VISIT(self->trace_id);
-    Py_VISIT(self->attributes);
-    Py_VISIT(self->meta);
-    Py_VISIT(self->flows);
+#define X(f) Py_VISIT(self->f);
+    OPEN_SLICE_FIELDS(X)
+#undef X
     return 0;
 }
 
 static int open_slice_clear(OpenSlice *self) {
-    Py_CLEAR(self->start);
-    Py_CLEAR(self->name);
-    Py_CLEAR(self->trace_id);
-    Py_CLEAR(self->attributes);
-    Py_CLEAR(self->meta);
-    Py_CLEAR(self->flows);
+#define X(f) Py_CLEAR(self->f);
+    OPEN_SLICE_FIELDS(X)
+#undef X
     return 0;
 }
 
@@ -704,12 +702,9 @@ static void open_slice_dealloc(OpenSlice *self) {
 }
 
 static PyMemberDef open_slice_members[] = {
-    {"start", T_OBJECT_EX, offsetof(OpenSlice, start), 0, NULL},
-    {"name", T_OBJECT_EX, offsetof(OpenSlice, name), 0, NULL},
-    {"trace_id", T_OBJECT_EX, offsetof(OpenSlice, trace_id), 0, NULL},
-    {"attributes", T_OBJECT_EX, offsetof(OpenSlice, attributes), 0, NULL},
-    {"meta", T_OBJECT_EX, offsetof(OpenSlice, meta), 0, NULL},
-    {"flows", T_OBJECT_EX, offsetof(OpenSlice, flows), 0, NULL},
+#define X(f) {#f, T_OBJECT_EX, offsetof(OpenSlice, f), 0, NULL},
+    OPEN_SLICE_FIELDS(X)
+#undef X
     {"ours", T_BOOL, offsetof(OpenSlice, ours), 0, NULL},
     {NULL}};
 
@@ -735,7 +730,7 @@ static struct {
 static PyObject *s_span_id, *s_implied, *s_parent_span_id, *s_gpu_flag, *s_event_names, *s_correlations,
     *s_tables, *s_decoded, *s_clocks, *s_default_clock, *s_sequences, *s_open, *s_ended, *s_launches, *s_events,
     *s_released, *s_resources, *s_descriptors, *s_decoded_method, *s_append, *s_popleft, *s_empty_str, *s_zero,
-    *s_empty_tuple;
+    *s_empty_tuple, *s_ours, *s_start, *s_meta, *s_flows;
 
 static PyObject *configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 11) {
@@ -1040,15 +1035,6 @@ done:
     return rc;
 }
 
-/* An attribute of an open slice (new reference): OpenSlice's member, or getattr on _Open. */
-static PyObject *piece_get(PyObject *piece, PyObject *(*member)(OpenSlice *), const char *name) {
-    if (Py_IS_TYPE(piece, &OpenSliceType)) return Py_NewRef(member((OpenSlice *)piece));
-    return PyObject_GetAttrString(piece, name);
-}
-static PyObject *m_start(OpenSlice *s) { return s->start; }
-static PyObject *m_meta(OpenSlice *s) { return s->meta; }
-static PyObject *m_flows(OpenSlice *s) { return s->flows; }
-
 /* _bounded_put(table, key, value). */
 static int bounded_put(PyObject *table, PyObject *key, PyObject *value) {
     int present = PyDict_Contains(table, key);
@@ -1093,19 +1079,16 @@ static int feed_end(Feed *f, Scan *p) {
     }
     piece = Py_NewRef(PyList_GET_ITEM(stack, depth - 1));
     if (PyList_SetSlice(stack, depth - 1, depth, NULL) < 0) goto done;
-    int ours = Py_IS_TYPE(piece, &OpenSliceType) ? ((OpenSlice *)piece)->ours : -1;
-    if (ours < 0) {
-        PyObject *flag = PyObject_GetAttrString(piece, "ours");
-        if (flag == NULL) goto done;
-        ours = PyObject_IsTrue(flag);
-        Py_DECREF(flag);
-        if (ours < 0) goto done;
-    }
-    start = piece_get(piece, m_start, "start");
+    /* an OpenSlice, or a Python _Open: the same attributes */
+    PyObject *flag = PyObject_GetAttr(piece, s_ours);
+    int ours = flag == NULL ? -1 : PyObject_IsTrue(flag);
+    Py_XDECREF(flag);
+    if (ours < 0) goto done;
+    start = PyObject_GetAttr(piece, s_start);
     if (start == NULL) goto done;
     if (ours) {
         if (p->n_terminating) {
-            meta = piece_get(piece, m_meta, "meta");
+            meta = PyObject_GetAttr(piece, s_meta);
             if (meta == NULL) goto done;
             PyObject *span_id = PyObject_GetItem(meta, s_span_id);
             if (span_id == NULL) goto done;
@@ -1122,7 +1105,7 @@ static int feed_end(Feed *f, Scan *p) {
         if (appended == NULL) goto done;
         Py_DECREF(appended);
     } else {
-        flows = piece_get(piece, m_flows, "flows");
+        flows = PyObject_GetAttr(piece, s_flows);
         if (flows == NULL) goto done;
         PyObject *launch = PyTuple_Pack(2, start, ts);
         if (launch == NULL) goto done;
@@ -1398,11 +1381,12 @@ PyMODINIT_FUNC PyInit__fastread(void) {
     if (s_names == NULL || s_values == NULL) return NULL;
     const char *names[] = {"span_id", "implied", "parent_span_id", "_gpu", "event_names", "correlations", "tables",
                            "decoded", "clocks", "default_clock", "sequences", "open", "ended", "launches", "events",
-                           "released", "resources", "descriptors", "_decoded", "append", "popleft", ""};
+                           "released", "resources", "descriptors", "_decoded", "append", "popleft", "",
+                           "ours", "start", "meta", "flows"};
     PyObject **slots[] = {&s_span_id, &s_implied, &s_parent_span_id, &s_gpu_flag, &s_event_names, &s_correlations,
                           &s_tables, &s_decoded, &s_clocks, &s_default_clock, &s_sequences, &s_open, &s_ended,
                           &s_launches, &s_events, &s_released, &s_resources, &s_descriptors, &s_decoded_method,
-                          &s_append, &s_popleft, &s_empty_str};
+                          &s_append, &s_popleft, &s_empty_str, &s_ours, &s_start, &s_meta, &s_flows};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
         *slots[i] = PyUnicode_InternFromString(names[i]);
         if (*slots[i] == NULL) return NULL;
