@@ -1737,7 +1737,7 @@ static PyObject *factory_build_brick(FactoryObject *self, PyObject *const *args,
         PyErr_Clear();
         return NULL;
     }
-    if (category == Py_None && elements == g_zero) return NULL; /* the shared form: the cache */
+    /* no category and no elements: the shared form, the cache's (an identical 0 compares equal at once) */
     if (category == Py_None && PyObject_RichCompareBool(elements, g_zero, Py_EQ) == 1) return NULL;
     ScopeObject *scope = (ScopeObject *)self->cls->tp_alloc(self->cls, 0);
     if (scope == NULL) return NULL;
