@@ -122,7 +122,6 @@ class BrickTotals:
     def _observe_elements(self, options: CallbackOptions) -> Iterable[Observation]:
         return self._points(2, None, skip_zero=True)  # bricks that count elements only, as before
 
-
     def duration_histogram(self, instrument: Any, bounds: Sequence[float]) -> DurationHistogram:
         """The histogram table feeding ``instrument`` (the meter provider's one instrument of
         that name: the SDK hands the same object to every aggregator), created on first use."""
