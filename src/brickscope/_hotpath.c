@@ -91,11 +91,50 @@ static int record_clear(RecordObject *self) {
     return 0;
 }
 
+/* Free lists: a scope's record (and a with-statement's entry) is made and dropped on every
+ * use; their memory is kept here instead of going back to the allocator. An object comes
+ * back cleared (every field NULL: unset, as a new one), untracked by the GC, holding no
+ * reference; a type's dealloc puts it here and its constructor takes it back (the way
+ * CPython's own free lists of tuples and floats work). CPython 3.13 no longer exports
+ * _Py_NewReference: there every object is allocated and freed. */
+#if PY_VERSION_HEX < 0x030D0000
+#define FREE_LIST_MAX 256
+#else
+#define FREE_LIST_MAX 0
+#endif
+typedef struct {
+    PyObject *items[FREE_LIST_MAX > 0 ? FREE_LIST_MAX : 1];
+    int size;
+} FreeList;
+
+/* Keep a cleared, untracked object of an exact static type: 1 kept, 0 (full) the caller frees it. */
+static int free_list_keep(FreeList *list, PyObject *op) {
+    if (list->size >= FREE_LIST_MAX) return 0;
+    list->items[list->size++] = op;
+    return 1;
+}
+
+/* An object of the list's type with every field unset and tracked by the GC, as
+ * type->tp_alloc(type, 0) gives it. */
+static PyObject *free_list_take(FreeList *list, PyTypeObject *type) {
+#if FREE_LIST_MAX > 0
+    if (list->size > 0) {
+        PyObject *op = list->items[--list->size];
+        _Py_NewReference(op);
+        PyObject_GC_Track(op);
+        return op;
+    }
+#endif
+    return type->tp_alloc(type, 0);
+}
+
+static FreeList record_free;
+
 static void record_dealloc(RecordObject *self) {
     PyObject_GC_UnTrack(self);
     Py_TRASHCAN_BEGIN(self, record_dealloc)
     record_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    if (!free_list_keep(&record_free, (PyObject *)self)) Py_TYPE(self)->tp_free((PyObject *)self);
     Py_TRASHCAN_END
 }
 
@@ -160,9 +199,45 @@ static PyObject *otel_current(void) {
     return PyObject_CallNoArgs(g_otel_current);
 }
 
+/* A module global read on every scope, re-read only when its module's dict changed. On
+ * CPython < 3.12 a dict's version tag (a value no other dict or state of this one has) says
+ * so; on later releases, where the tag is deprecated, every read is a lookup. The value is
+ * borrowed: the dict holds it as long as the tag is unchanged. */
+typedef struct {
+    PyObject *dict;  /* borrowed: the dict the entry was read from (a new registration resets it) */
+    uint64_t tag;
+    PyObject *value; /* borrowed, or NULL: the key is missing */
+} GlobalCache;
+
+static int global_cache_fresh(GlobalCache *cache, PyObject *dict) {
+#if PY_VERSION_HEX < 0x030C0000
+    return cache->dict == dict && cache->tag == ((PyDictObject *)dict)->ma_version_tag;
+#else
+    return 0;
+#endif
+}
+
+static void global_cache_keep(GlobalCache *cache, PyObject *dict, PyObject *value) {
+#if PY_VERSION_HEX < 0x030C0000
+    cache->dict = dict;
+    cache->tag = ((PyDictObject *)dict)->ma_version_tag;
+    cache->value = value;
+#endif
+}
+
+/* dict[key] through its cache: borrowed, NULL without an error when missing. */
+static PyObject *global_get(GlobalCache *cache, PyObject *dict, PyObject *key) {
+    if (global_cache_fresh(cache, dict)) return cache->value;
+    PyObject *value = PyDict_GetItemWithError(dict, key);
+    if (value != NULL || !PyErr_Occurred()) global_cache_keep(cache, dict, value);
+    return value;
+}
+
+static GlobalCache g_clock_cache; /* g_clock_dict["perf_counter_ns"] */
+
 /* perf_counter_ns() as the recorder module sees it (tests drive it by replacing it). */
 static PyObject *clock_now(long long *value) {
-    PyObject *clock = PyDict_GetItemWithError(g_clock_dict, s_perf_counter_ns);
+    PyObject *clock = global_get(&g_clock_cache, g_clock_dict, s_perf_counter_ns);
     if (clock == NULL) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "brickscope: recorder clock missing");
         return NULL;
@@ -213,6 +288,16 @@ static PyObject *take_exception(void) {
         value = Py_None;
     }
     return value;
+}
+
+/* PyObject_TypeCheck(obj, base) for the C bases that Python classes extend (ScopeBase,
+ * RecorderCore): a class's tp_base chain holds its C base, so a short walk answers
+ * without the call; anything else asks PyType_IsSubtype (the MRO), which stays exact. */
+static int has_base(PyObject *obj, PyTypeObject *base) {
+    PyTypeObject *type = Py_TYPE(obj);
+    for (; type != NULL; type = type->tp_base)
+        if (type == base) return 1;
+    return PyType_IsSubtype(Py_TYPE(obj), base);
 }
 
 static int is_true(PyObject *value) { return value == Py_True ? 1 : (value == NULL ? 0 : PyObject_IsTrue(value)); }
@@ -641,6 +726,9 @@ typedef struct {
     PyObject *last_thread; /* the thread id of the last open, known to be in thread_names ... */
     PyObject *last_names;  /* ... of this dict */
     long long pending_limit, next_poll_ns, max_delay_ns;
+    /* scopes_unsampled counted here and added to counts by flush_counts (stats() calls it):
+     * a dict update per unsampled scope was ~7 % of a brick's record */
+    long long unsampled;
 } RecorderCore;
 
 static PyMemberDef recorder_members[] = {
@@ -784,12 +872,12 @@ static int owner_flag(PyObject *owner, PyObject *attribute, int *cache) {
 /* The scope object's class attribute _host_only (cached on the C scope base). -1: error. */
 static int owner_host_only(PyObject *owner) {
     int uncached = 0;
-    int *cache = PyObject_TypeCheck(owner, &ScopeBaseType) ? &((ScopeObject *)owner)->host_only1 : &uncached;
+    int *cache = has_base(owner, &ScopeBaseType) ? &((ScopeObject *)owner)->host_only1 : &uncached;
     return owner_flag(owner, s_host_only, cache);
 }
 
 static long owner_kind(PyObject *owner) {
-    int is_scope = PyObject_TypeCheck(owner, &ScopeBaseType);
+    int is_scope = has_base(owner, &ScopeBaseType);
     if (is_scope && ((ScopeObject *)owner)->kind1 > 0) return ((ScopeObject *)owner)->kind1 - 1;
     PyObject *kind = PyObject_GetAttr(owner, s_kind);
     if (kind == NULL) return -1;
@@ -823,7 +911,7 @@ static int open_gpu_fast(RecorderCore *self, RecordObject *rec, PyObject *owner)
         Py_XSETREF(rec->start_mark, g_minus_one);
         return 1;
     }
-    PyObject *stream = PyObject_TypeCheck(owner, &ScopeBaseType) ? ((ScopeObject *)owner)->stream : NULL;
+    PyObject *stream = has_base(owner, &ScopeBaseType) ? ((ScopeObject *)owner)->stream : NULL;
     if (stream == NULL) return 0; /* not a C scope, or no _stream: Python says what is wrong */
     PyObject *top = rec->link, *ref;
     if (stream == Py_None && top != NULL && top != Py_None && Record_Check(top) &&
@@ -892,12 +980,29 @@ static PyTypeObject FoldCellType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
 };
 
+#define FOLD_RECENT 32 /* a power of two */
+
 typedef struct {
     PyObject_HEAD
     PyObject *cells;    /* name (category None) or (name, category) -> FoldCell */
     PyObject *counts;   /* the pipeline's counters (self_time_clamped) */
     PyObject *fallback; /* UnsampledBricks.fold_closed: every brick this does not handle */
+    /* The cells last folded into, by the identity of the (name, category) objects: a brick
+     * name is usually the same str object on every call (a literal), so most folds find their
+     * cell here, without hashing or building a key. Strong references; emptied with cells. */
+    struct {
+        PyObject *name, *category, *cell;
+    } recent[FOLD_RECENT];
 } FoldTableObject;
+
+/* Forget the cells remembered by identity (the table's cells are cleared or it is freed). */
+static void fold_recent_clear(FoldTableObject *table) {
+    for (int i = 0; i < FOLD_RECENT; i++) {
+        Py_CLEAR(table->recent[i].name);
+        Py_CLEAR(table->recent[i].category);
+        Py_CLEAR(table->recent[i].cell);
+    }
+}
 
 static PyObject *s_external, *s_self_time_clamped;
 
@@ -918,7 +1023,7 @@ static int small_int(PyObject *value, long long *out) {
  * taking the sums (FoldTable.take, under the GIL as well) sees a brick whole or not at all. */
 static int fold_fast(FoldTableObject *table, RecordObject *rec) {
     PyObject *owner = rec->owner;
-    if (owner == NULL || !PyObject_TypeCheck(owner, &ScopeBaseType)) return 0;
+    if (owner == NULL || !has_base(owner, &ScopeBaseType)) return 0;
     ScopeObject *scope = (ScopeObject *)owner;
     int external = owner_flag(owner, s_external, &scope->external1);
     if (external != 0) return external < 0 ? -1 : 0; /* record_gpu's bricks: timed by their GPU interval */
@@ -947,24 +1052,35 @@ static int fold_fast(FoldTableObject *table, RecordObject *rec) {
     if (__builtin_sub_overflow(duration, nested, &self_ns)) return 0;
     int clamped = self_ns < 0; /* nested bricks overlapped on several streams */
     if (clamped) self_ns = 0;
-    PyObject *key = category == Py_None ? name : PyTuple_Pack(2, name, category);
-    if (key == NULL) return -1;
-    if (key == name) Py_INCREF(key);
-    PyObject *cell = PyDict_GetItemWithError(table->cells, key);
-    if (cell == NULL) {
-        if (PyErr_Occurred() || (cell = (PyObject *)PyObject_New(FoldCellObject, &FoldCellType)) == NULL) {
-            Py_DECREF(key);
-            return -1;
+    size_t slot = (((uintptr_t)name >> 4) ^ ((uintptr_t)category >> 3)) & (FOLD_RECENT - 1);
+    PyObject *cell = table->recent[slot].cell;
+    if (cell == NULL || table->recent[slot].name != name || table->recent[slot].category != category) {
+        PyObject *key = category == Py_None ? name : PyTuple_Pack(2, name, category);
+        if (key == NULL) return -1;
+        if (key == name) Py_INCREF(key);
+        cell = PyDict_GetItemWithError(table->cells, key);
+        if (cell == NULL) {
+            if (PyErr_Occurred() || (cell = (PyObject *)PyObject_New(FoldCellObject, &FoldCellType)) == NULL) {
+                Py_DECREF(key);
+                return -1;
+            }
+            ((FoldCellObject *)cell)->count = ((FoldCellObject *)cell)->self_ns = ((FoldCellObject *)cell)->elements = 0;
+            int rc = PyDict_SetItem(table->cells, key, cell);
+            Py_DECREF(cell); /* the table holds it */
+            if (rc < 0) {
+                Py_DECREF(key);
+                return -1;
+            }
         }
-        ((FoldCellObject *)cell)->count = ((FoldCellObject *)cell)->self_ns = ((FoldCellObject *)cell)->elements = 0;
-        int rc = PyDict_SetItem(table->cells, key, cell);
-        Py_DECREF(cell); /* the table holds it */
-        if (rc < 0) {
-            Py_DECREF(key);
-            return -1;
-        }
+        Py_DECREF(key);
+        /* exact strs, None and cells: releasing the slot's old ones runs no Python code */
+        Py_INCREF(name);
+        Py_XSETREF(table->recent[slot].name, name);
+        Py_INCREF(category);
+        Py_XSETREF(table->recent[slot].category, category);
+        Py_INCREF(cell);
+        Py_XSETREF(table->recent[slot].cell, cell);
     }
-    Py_DECREF(key);
     FoldCellObject *sums = (FoldCellObject *)cell;
     long long count, total, elems;
     if (__builtin_add_overflow(sums->count, 1, &count) || __builtin_add_overflow(sums->self_ns, self_ns, &total) ||
@@ -1048,6 +1164,7 @@ fail:
 }
 
 static PyObject *fold_table_clear_method(FoldTableObject *self, PyObject *unused) {
+    fold_recent_clear(self);
     PyDict_Clear(self->cells);
     Py_RETURN_NONE;
 }
@@ -1060,6 +1177,7 @@ static int fold_table_traverse(FoldTableObject *self, visitproc visit, void *arg
 }
 
 static int fold_table_clear(FoldTableObject *self) {
+    fold_recent_clear(self);
     Py_CLEAR(self->cells);
     Py_CLEAR(self->counts);
     Py_CLEAR(self->fallback);
@@ -1103,7 +1221,7 @@ static PyObject *rc_open(RecorderCore *self, PyObject *owner, PyObject *opener) 
         Py_DECREF(top);
         return NULL;
     }
-    RecordObject *rec = (RecordObject *)RecordType.tp_alloc(&RecordType, 0);
+    RecordObject *rec = (RecordObject *)free_list_take(&record_free, &RecordType);
     if (rec == NULL) goto fail;
     if (top != Py_None && !Record_Check(top)) {
         PyErr_SetString(PyExc_TypeError, "brickscope: the scope stack holds a foreign object");
@@ -1286,7 +1404,7 @@ static int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error) {
         if (res == NULL) return -1;
         Py_DECREF(res);
     } else { /* no span; an unsampled brick still goes to the metrics (folded, not built) */
-        if (counts_add(self->counts, s_scopes_unsampled) < 0) return -1;
+        self->unsampled++;
         int aggregate = is_true(self->aggregate_unsampled);
         if (aggregate < 0) return -1;
         if (!aggregate) return 0;
@@ -1355,7 +1473,26 @@ static PyObject *recorder_close(RecorderCore *self, PyObject *const *args, Py_ss
     Py_RETURN_NONE;
 }
 
+/* Add the unsampled scopes counted in C to counts["scopes_unsampled"]. Runs no Python code
+ * (a str key, ints), so under the GIL a concurrent close counts either before or after. */
+static PyObject *recorder_flush_counts(RecorderCore *self, PyObject *unused) {
+    if (self->unsampled == 0 || self->counts == NULL) Py_RETURN_NONE;
+    PyObject *old = PyDict_GetItemWithError(self->counts, s_scopes_unsampled);
+    if (old == NULL && PyErr_Occurred()) return NULL;
+    PyObject *add = PyLong_FromLongLong(self->unsampled);
+    PyObject *new = add == NULL ? NULL : old == NULL ? (Py_INCREF(add), add) : PyNumber_Add(old, add);
+    Py_XDECREF(add);
+    if (new == NULL) return NULL;
+    int rc = PyDict_SetItem(self->counts, s_scopes_unsampled, new);
+    Py_DECREF(new);
+    if (rc < 0) return NULL;
+    self->unsampled = 0;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef recorder_methods[] = {
+    {"flush_counts", (PyCFunction)recorder_flush_counts, METH_NOARGS,
+     "flush_counts(): add the counts kept in C (scopes_unsampled) to the counters' dict."},
     {"open", (PyCFunction)(void (*)(void))recorder_open, METH_FASTCALL,
      "open(owner, opener=None): push a new record for a scope entering on this thread/task."},
     {"close", (PyCFunction)(void (*)(void))recorder_close, METH_FASTCALL,
@@ -1380,12 +1517,14 @@ static PyTypeObject RecorderCoreType = {
 
 /* _state.recorder (a new reference), or NULL when off or torch.compile is tracing this
  * call; -1 on error. As in Python: both read first, then compiling() asked. */
+static GlobalCache g_recorder_cache, g_compiling_cache; /* _state.recorder, _state.compiling */
+
 static int active_recorder(PyObject **out) {
     *out = NULL;
-    PyObject *recorder = PyDict_GetItemWithError(g_state_dict, s_recorder);
+    PyObject *recorder = global_get(&g_recorder_cache, g_state_dict, s_recorder);
     if (recorder == NULL) return PyErr_Occurred() ? -1 : 0;
     if (recorder == Py_None) return 0;
-    PyObject *compiling = PyDict_GetItemWithError(g_state_dict, s_compiling);
+    PyObject *compiling = global_get(&g_compiling_cache, g_state_dict, s_compiling);
     if (compiling == NULL && PyErr_Occurred()) return -1;
     Py_INCREF(recorder);
     if (compiling != NULL && compiling != Py_None) {
@@ -1402,7 +1541,7 @@ static int active_recorder(PyObject **out) {
 }
 
 static int is_tracing(void) {
-    PyObject *compiling = PyDict_GetItemWithError(g_state_dict, s_compiling);
+    PyObject *compiling = global_get(&g_compiling_cache, g_state_dict, s_compiling);
     if (compiling == NULL) return PyErr_Occurred() ? -1 : 0;
     if (compiling == Py_None) return 0;
     PyObject *res = PyObject_CallNoArgs(compiling);
@@ -1417,7 +1556,7 @@ static int is_tracing(void) {
 static PyObject *open_record(PyObject *recorder, PyObject *scope, PyObject *opener) {
     Py_INCREF(recorder);
     PyObject *rec;
-    if (PyObject_TypeCheck(recorder, &RecorderCoreType)) {
+    if (has_base(recorder, &RecorderCoreType)) {
         rec = rc_open((RecorderCore *)recorder, scope, opener);
     } else {
         PyObject *args[] = {recorder, scope, opener};
@@ -1444,7 +1583,7 @@ static int close_record(PyObject *rec, PyObject *error) {
     int rc;
     Py_INCREF(rec);
     PyObject *recorder = ((RecordObject *)rec)->recorder;
-    if (recorder != NULL && PyObject_TypeCheck(recorder, &RecorderCoreType)) {
+    if (recorder != NULL && has_base(recorder, &RecorderCoreType)) {
         Py_INCREF(recorder);
         rc = rc_close((RecorderCore *)recorder, (RecordObject *)rec, error);
         Py_DECREF(recorder);
@@ -1593,14 +1732,16 @@ static int entry_clear(EntryObject *self) {
     return 0;
 }
 
+static FreeList entry_free;
+
 static void entry_dealloc(EntryObject *self) {
     PyObject_GC_UnTrack(self);
     entry_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    if (!free_list_keep(&entry_free, (PyObject *)self)) Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *new_entry(PyObject *scope) {
-    EntryObject *entry = (EntryObject *)EntryType.tp_alloc(&EntryType, 0);
+    EntryObject *entry = (EntryObject *)free_list_take(&entry_free, &EntryType);
     if (entry == NULL) return NULL;
     Py_INCREF(scope);
     entry->scope = scope;
@@ -1780,7 +1921,7 @@ static PyObject *factory_call(FactoryObject *self, PyObject *const *args, Py_ssi
             PyErr_Clear(); /* unhashable: the Python factory says what is wrong */
         }
         if (scope != NULL) {
-            PyObject *recorder = PyDict_GetItemWithError(g_state_dict, s_recorder);
+            PyObject *recorder = global_get(&g_recorder_cache, g_state_dict, s_recorder);
             if (recorder == NULL && PyErr_Occurred()) return NULL;
             if (recorder == NULL || recorder == Py_None) {
                 Py_INCREF(scope);
@@ -1913,7 +2054,7 @@ static PyObject *hot_enter_scope(PyObject *module, PyObject *const *args, Py_ssi
         Py_INCREF(g_inert);
         return g_inert;
     }
-    if (!PyObject_TypeCheck(scope, &ScopeBaseType)) { /* misuse: the Python function says so */
+    if (!has_base(scope, &ScopeBaseType)) { /* misuse: the Python function says so */
         Py_DECREF(recorder);
         return PyObject_Vectorcall(g_enter_scope_py, args, nargs, kwnames);
     }

@@ -108,6 +108,10 @@ class _PyRecording:
         rec.host_start = perf_counter_ns()
         return rec
 
+    def flush_counts(self) -> None:
+        """Counts kept aside are added to the counters' dict (the C recorder keeps
+        ``scopes_unsampled`` in C until then; here every count goes to the dict at once)."""
+
     def close(self: Recorder, rec: Record, error: BaseException | None) -> None:  # type: ignore[misc]
         """Pop ``rec`` and queue it for resolution; a sync point if the policy says so."""
         end = perf_counter_ns()

@@ -221,6 +221,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
     def stats(self) -> dict[str, int]:
         """Counters of everything this processor did: recorded, emitted, forced syncs, errors,
         and what became of the spans in the export pipelines (see ``_delivery``)."""
+        self.recorder.flush_counts()  # the C recorder's scopes_unsampled, counted aside
         counts = dict(self.counters.values)
         counts["pending"] = len(self.recorder.pending)
         records = counts["spans_emitted"] + counts["span_build_errors"] + counts["scopes_unsampled"]
