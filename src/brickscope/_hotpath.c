@@ -508,34 +508,67 @@ static PyObject *cuda_error(MarkerObject *self, int err) {
     return NULL;
 }
 
-/* (event handle, _Context, context handle) of a live mark; 0: not a live mark. */
-static int mark_event(MarkerObject *self, PyObject *mark, void **event, PyObject **context, void **ctx) {
-    PyObject *entry = PyDict_GetItemWithError(self->marks, mark);
-    if (entry == NULL || !PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) return PyErr_Occurred() ? -1 : 0;
-    PyObject *ctx_object = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 1), s_ctx);
-    if (ctx_object == NULL) return -1;
-    unsigned long long ctx_handle = raw_handle(ctx_object);
-    Py_DECREF(ctx_object);
-    unsigned long long event_handle = raw_handle(PyTuple_GET_ITEM(entry, 0));
-    if (PyErr_Occurred()) return -1;
-    *event = (void *)(uintptr_t)event_handle;
-    *context = PyTuple_GET_ITEM(entry, 1);
-    *ctx = (void *)(uintptr_t)ctx_handle;
-    return 1;
+/* What the GPU queries of one call, or of one SpanMaker.drain, keep between spans (strong
+ * references, dropped by interval_cache_clear): the _Context last used (its context handle,
+ * its lock's bound acquire/release, its pool's free list), the anchor last read (the tuple
+ * object; its event handle and host time), and the host clock for the anchor-age check,
+ * read once. A drain of up to 128 spans thus checks the anchor's age against the time the
+ * drain started (ANCHOR_MAX_AGE_NS is a second; a drain lasts well under a millisecond). */
+typedef struct {
+    PyObject *context, *acquire, *release, *free_list, *anchor;
+    void *ctx, *anchor_event;
+    long long anchor_ns, now_ns;
+    int have_now;
+    MarkerObject *pusher; /* a context pushed by a query and left current for the next ones: */
+    void *pushed;         /* popped by interval_cache_clear (pusher: borrowed, alive meanwhile) */
+} IntervalCache;
+
+static void interval_cache_forget_context(IntervalCache *cache) {
+    Py_CLEAR(cache->context);
+    Py_CLEAR(cache->acquire);
+    Py_CLEAR(cache->release);
+    Py_CLEAR(cache->free_list);
+    Py_CLEAR(cache->anchor);
 }
 
-/* mark_event for a mark expected in the same _Context as another (the end of a pair): when
- * its entry holds that very _Context object, its context handle is known (ctx). */
-static int mark_event_same(MarkerObject *self, PyObject *mark, PyObject *known, void *known_ctx, void **event,
-                           PyObject **context, void **ctx) {
+static void interval_cache_clear(IntervalCache *cache) {
+    interval_cache_forget_context(cache);
+    cache->have_now = 0;
+    if (cache->pusher != NULL) {
+        void *popped = NULL;
+        cache->pusher->pop(&popped);
+        cache->pusher = NULL;
+        cache->pushed = NULL;
+    }
+}
+
+/* (event handle, _Context, context handle) of a live mark; 0: not a live mark. The context
+ * handle comes from the cache when the mark's _Context is the one it holds. */
+static int mark_event(MarkerObject *self, PyObject *mark, IntervalCache *cache, void **event, PyObject **context,
+                      void **ctx) {
     PyObject *entry = PyDict_GetItemWithError(self->marks, mark);
     if (entry == NULL || !PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) return PyErr_Occurred() ? -1 : 0;
-    if (PyTuple_GET_ITEM(entry, 1) != known) return mark_event(self, mark, event, context, ctx);
+    PyObject *owner = PyTuple_GET_ITEM(entry, 1);
+    unsigned long long ctx_handle;
+    if (cache != NULL && owner == cache->context) {
+        ctx_handle = (unsigned long long)(uintptr_t)cache->ctx;
+    } else {
+        PyObject *ctx_object = PyObject_GetAttr(owner, s_ctx);
+        if (ctx_object == NULL) return -1;
+        ctx_handle = raw_handle(ctx_object);
+        Py_DECREF(ctx_object);
+        if (PyErr_Occurred()) return -1;
+        if (cache != NULL) { /* the context of the marks that follow, most likely */
+            interval_cache_forget_context(cache);
+            cache->context = Py_NewRef(owner);
+            cache->ctx = (void *)(uintptr_t)ctx_handle;
+        }
+    }
     unsigned long long event_handle = raw_handle(PyTuple_GET_ITEM(entry, 0));
     if (PyErr_Occurred()) return -1;
     *event = (void *)(uintptr_t)event_handle;
-    *context = known;
-    *ctx = known_ctx;
+    *context = owner;
+    *ctx = (void *)(uintptr_t)ctx_handle;
     return 1;
 }
 
@@ -554,19 +587,59 @@ static void leave_context(MarkerObject *self, int pushed) {
     if (pushed == 1) self->pop(&popped);
 }
 
-/* CudaTimer.is_complete(mark) in C: True, False, or None (the Python method decides). */
-static PyObject *marker_complete(MarkerObject *self, PyObject *mark) {
+/* enter_context for a run of queries (cache given): a context it pushes stays current
+ * until the cache is cleared (or another context is needed), instead of a push and a pop
+ * per query. 0: current; -1: the driver failed. Without a cache: enter_context. */
+static int enter_context_cached(MarkerObject *self, void *ctx, IntervalCache *cache, int *pushed) {
+    *pushed = 0;
+    if (cache == NULL) {
+        int rc = enter_context(self, ctx);
+        *pushed = rc == 1;
+        return rc < 0 ? -1 : 0;
+    }
+    void *current = NULL;
+    if (self->get_current(&current) != 0) return -1;
+    if (current == ctx) return 0;
+    if (cache->pusher != NULL) { /* ours, but another context is needed now */
+        if (current == cache->pushed) {
+            void *popped = NULL;
+            cache->pusher->pop(&popped);
+        }
+        cache->pusher = NULL;
+        cache->pushed = NULL;
+        if (self->get_current(&current) != 0) return -1;
+        if (current == ctx) return 0;
+    }
+    if (self->push(ctx) != 0) return -1;
+    cache->pusher = self;
+    cache->pushed = ctx;
+    return 0;
+}
+
+/* CudaTimer.is_complete(mark) in C: 1 complete, 0 not yet, 2 the Python method decides,
+ * -1 error (a driver error raises the CudaError is_complete would). cache: see
+ * enter_context_cached (NULL: one query). */
+static int marker_complete_cached(MarkerObject *self, PyObject *mark, IntervalCache *cache) {
     void *event, *ctx;
     PyObject *context;
-    int found = self->enabled ? mark_event(self, mark, &event, &context, &ctx) : 0;
-    if (found < 0) return NULL;
-    int pushed = found ? enter_context(self, ctx) : -1;
-    if (pushed < 0) Py_RETURN_NONE;
+    int found = self->enabled ? mark_event(self, mark, cache, &event, &context, &ctx) : 0;
+    if (found <= 0) return found < 0 ? -1 : 2;
+    int pushed;
+    if (enter_context_cached(self, ctx, cache, &pushed) < 0) return 2;
     int err = self->query(event);
     leave_context(self, pushed);
-    if (err == 0) Py_RETURN_TRUE;
-    if (err == CUDA_ERROR_NOT_READY) Py_RETURN_FALSE;
-    return cuda_error(self, err); /* the CudaError is_complete would raise */
+    if (err == 0) return 1;
+    if (err == CUDA_ERROR_NOT_READY) return 0;
+    cuda_error(self, err); /* the CudaError is_complete would raise */
+    return -1;
+}
+
+/* CudaTimer.is_complete(mark) in C: True, False, or None (the Python method decides). */
+static PyObject *marker_complete(MarkerObject *self, PyObject *mark) {
+    int complete = marker_complete_cached(self, mark, NULL);
+    if (complete < 0) return NULL;
+    if (complete == 2) Py_RETURN_NONE;
+    return PyBool_FromLong(complete);
 }
 
 /* brickscope._clock.host_ns() without its Python frame: perf_counter_ns() + EPOCH_OFFSET_NS,
@@ -603,6 +676,119 @@ static int host_ns_in_c(PyObject *fn, long long *value) {
 
 static long long round_ms_to_ns(float ms) { return (long long)nearbyint((double)ms * 1e6); }
 
+/* The host clock for the anchor-age check (the timer's _host_ns), read once per cache.
+ * 0 ok, -1 error. */
+static int cache_now(MarkerObject *self, IntervalCache *cache) {
+    if (cache->have_now) return 0;
+    PyObject *host_ns = PyObject_GetAttr(self->timer, s_host_ns_attr);
+    if (host_ns == NULL) return -1;
+    long long now_ns = 0;
+    int known = host_ns_in_c(host_ns, &now_ns);
+    if (known == 0) {
+        PyObject *now = PyObject_CallNoArgs(host_ns);
+        now_ns = now == NULL ? -1 : PyLong_AsLongLong(now);
+        Py_XDECREF(now);
+        known = now_ns == -1 && PyErr_Occurred() ? -1 : 1;
+    }
+    Py_DECREF(host_ns);
+    if (known < 0) return -1;
+    cache->now_ns = now_ns;
+    cache->have_now = 1;
+    return 0;
+}
+
+/* The cached context's lock, taken without blocking: 1 taken, 0 held elsewhere, -1 error. */
+static int cache_lock(IntervalCache *cache) {
+    if (cache->acquire == NULL) {
+        PyObject *lock = PyObject_GetAttr(cache->context, s_lock);
+        if (lock == NULL) return -1;
+        cache->acquire = PyObject_GetAttr(lock, s_acquire);
+        cache->release = cache->acquire == NULL ? NULL : PyObject_GetAttr(lock, s_release);
+        Py_DECREF(lock);
+        if (cache->release == NULL) {
+            Py_CLEAR(cache->acquire);
+            return -1;
+        }
+    }
+    PyObject *no = Py_False;
+    PyObject *got = PyObject_Vectorcall(cache->acquire, &no, 1, NULL);
+    if (got == NULL) return -1;
+    Py_DECREF(got);
+    return got == Py_True;
+}
+
+/* host_time_ns(start) and host_time_ns(start) + elapsed_ns(start, end) in C, into *start_ns
+ * and *end_ns: 1. 0: the Python methods decide (a stale anchor to re-establish, another
+ * context current, the context's lock held by a re-anchoring thread, not live marks);
+ * -1: error (a driver error raises the CudaError the Python methods would). */
+static int marker_interval_ns(MarkerObject *self, PyObject *start_mark, PyObject *end_mark, IntervalCache *cache,
+                              long long *start_ns, long long *end_ns) {
+    void *start_event, *end_event, *ctx, *end_ctx;
+    PyObject *context, *end_context;
+    int found = self->enabled ? mark_event(self, start_mark, cache, &start_event, &context, &ctx) : 0;
+    if (found > 0) found = mark_event(self, end_mark, cache, &end_event, &end_context, &end_ctx);
+    if (found <= 0 || end_ctx != ctx) return found < 0 ? -1 : 0;
+    if (context != cache->context) { /* not the cached context: cache it (mark_event did, unless equal handles) */
+        interval_cache_forget_context(cache);
+        cache->context = Py_NewRef(context);
+        cache->ctx = ctx;
+    }
+    int locked = cache_lock(cache);
+    if (locked <= 0) return locked; /* held by a re-anchoring thread: Python waits for it */
+    int result = -1;
+    PyObject *anchor = PyObject_GetAttr(context, s_anchor);
+    PyObject *max_age = anchor == NULL ? NULL : PyDict_GetItemWithError(self->timer_globals, s_anchor_max_age);
+    if (anchor == NULL || max_age == NULL) goto done;
+    if (anchor != cache->anchor) {
+        if (anchor == Py_None || !PyTuple_Check(anchor) || PyTuple_GET_SIZE(anchor) < 2) {
+            result = 0;
+            goto done;
+        }
+        long long base = PyLong_AsLongLong(PyTuple_GET_ITEM(anchor, 1));
+        unsigned long long anchor_event = raw_handle(PyTuple_GET_ITEM(anchor, 0));
+        if (PyErr_Occurred()) goto done;
+        Py_XSETREF(cache->anchor, Py_NewRef(anchor));
+        cache->anchor_event = (void *)(uintptr_t)anchor_event;
+        cache->anchor_ns = base;
+    }
+    long long age_limit = PyLong_AsLongLong(max_age);
+    if ((age_limit == -1 && PyErr_Occurred()) || cache_now(self, cache) < 0) goto done;
+    if (cache->now_ns - cache->anchor_ns > age_limit) {
+        result = 0; /* a stale anchor to re-establish: the Python methods */
+        goto done;
+    }
+    float to_start = 0, length = 0;
+    int pushed, err = 0;
+    if (enter_context_cached(self, ctx, cache, &pushed) < 0) {
+        result = 0;
+        goto done;
+    }
+    err = self->elapsed(&to_start, cache->anchor_event, start_event);
+    if (err == 0) err = self->elapsed(&length, start_event, end_event);
+    leave_context(self, pushed);
+    if (err != 0) {
+        cuda_error(self, err); /* the CudaError host_time_ns / elapsed_ns would raise */
+        goto done;
+    }
+    *start_ns = cache->anchor_ns + round_ms_to_ns(to_start);
+    *end_ns = *start_ns + round_ms_to_ns(length);
+    result = 1;
+done:
+    Py_XDECREF(anchor);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback); /* the lock is released whatever happened */
+    PyObject *released = PyObject_CallNoArgs(cache->release);
+    if (released == NULL) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        return -1;
+    }
+    Py_DECREF(released);
+    PyErr_Restore(type, value, traceback);
+    return result;
+}
+
 /* (host_time_ns(start), + elapsed_ns(start, end)) in C, or None: the Python methods decide
  * (a stale anchor to re-establish, another context current, a driver error, its lock held). */
 static PyObject *marker_interval(MarkerObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -610,85 +796,13 @@ static PyObject *marker_interval(MarkerObject *self, PyObject *const *args, Py_s
         PyErr_SetString(PyExc_TypeError, "interval(start_mark, end_mark)");
         return NULL;
     }
-    void *start_event, *end_event, *ctx, *end_ctx;
-    PyObject *context, *end_context;
-    int found = self->enabled ? mark_event(self, args[0], &start_event, &context, &ctx) : 0;
-    if (found > 0) found = mark_event_same(self, args[1], context, ctx, &end_event, &end_context, &end_ctx);
-    if (found <= 0 || end_ctx != ctx) {
-        if (found < 0) return NULL;
-        Py_RETURN_NONE;
-    }
-    PyObject *lock = PyObject_GetAttr(context, s_lock);
-    if (lock == NULL) return NULL;
-    PyObject *got = PyObject_CallMethodOneArg(lock, s_acquire, Py_False);
-    if (got != Py_True) { /* held by a re-anchoring thread: Python waits for it */
-        Py_DECREF(lock);
-        Py_XDECREF(got);
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
-    }
-    Py_DECREF(got);
-    PyObject *result = NULL, *anchor = PyObject_GetAttr(context, s_anchor), *now = NULL, *anchor_ns = NULL;
-    PyObject *max_age = PyDict_GetItemWithError(self->timer_globals, s_anchor_max_age);
-    if (anchor == NULL || max_age == NULL) goto done;
-    if (anchor == Py_None || !PyTuple_Check(anchor) || PyTuple_GET_SIZE(anchor) < 2) {
-        result = Py_None;
-        Py_INCREF(result);
-        goto done;
-    }
-    PyObject *host_ns = PyObject_GetAttr(self->timer, s_host_ns_attr);
-    if (host_ns == NULL) goto done;
-    long long now_ns = 0;
-    int known = host_ns_in_c(host_ns, &now_ns);
-    if (known < 0) {
-        Py_DECREF(host_ns);
-        goto done;
-    }
-    if (!known) {
-        now = PyObject_CallNoArgs(host_ns);
-        now_ns = now == NULL ? 0 : PyLong_AsLongLong(now);
-    }
-    Py_DECREF(host_ns);
-    anchor_ns = PyTuple_GET_ITEM(anchor, 1);
-    long long base = PyLong_AsLongLong(anchor_ns);
-    long long age_limit = PyLong_AsLongLong(max_age);
-    unsigned long long anchor_event = raw_handle(PyTuple_GET_ITEM(anchor, 0));
-    if (PyErr_Occurred()) goto done;
-    float to_start = 0, length = 0;
-    int pushed = now_ns - base > age_limit ? -1 : enter_context(self, ctx), err = 0;
-    if (pushed >= 0) {
-        err = self->elapsed(&to_start, (void *)(uintptr_t)anchor_event, start_event);
-        if (err == 0) err = self->elapsed(&length, start_event, end_event);
-        leave_context(self, pushed);
-    }
-    if (pushed < 0) {
-        result = Py_None; /* a stale anchor to re-establish: the Python methods */
-        Py_INCREF(result);
-        goto done;
-    }
-    if (err != 0) {
-        cuda_error(self, err); /* the CudaError host_time_ns / elapsed_ns would raise */
-        goto done;
-    }
-    long long start = base + round_ms_to_ns(to_start);
-    result = Py_BuildValue("(LL)", start, start + round_ms_to_ns(length));
-done:
-    Py_XDECREF(anchor);
-    Py_XDECREF(now);
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback); /* the lock is released whatever happened */
-    PyObject *released = PyObject_CallMethodNoArgs(lock, s_release);
-    Py_DECREF(lock);
-    if (released == NULL) {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(traceback);
-        Py_XDECREF(result);
-        return NULL;
-    }
-    Py_DECREF(released);
-    PyErr_Restore(type, value, traceback);
-    return result;
+    IntervalCache cache = {0};
+    long long start = 0, end = 0;
+    int found = marker_interval_ns(self, args[0], args[1], &cache, &start, &end);
+    interval_cache_clear(&cache);
+    if (found < 0) return NULL;
+    if (found == 0) Py_RETURN_NONE;
+    return Py_BuildValue("(LL)", start, end);
 }
 
 static PyMethodDef marker_methods[] = {
@@ -2173,6 +2287,47 @@ static PyObject *s_span_id, *s_resource, *s_gpu_timing_errors, *s_device, *s_han
 
 #define KEY(m, k) PyTuple_GET_ITEM((m)->keys, k)
 
+/* What SpanMaker.drain keeps from one span to the next (strong references, dropped by
+ * build_cache_clear; build() uses a fresh one per call): the GPU queries' cache, the
+ * timer's CudaMarker, the provider's resource (read once per drain: a kernel source
+ * registered meanwhile reaches the spans of the next drain), the last stream's device and
+ * handle, and assign_span_id's lock's bound acquire/release. */
+typedef struct {
+    IntervalCache iv;
+    PyObject *marker; /* NULL: not looked up yet; Py_None: no usable C marker */
+    PyObject *resource, *stream, *device, *handle, *id_acquire, *id_release;
+} BuildCache;
+
+static void build_cache_clear(BuildCache *cache) {
+    interval_cache_clear(&cache->iv);
+    Py_CLEAR(cache->marker);
+    Py_CLEAR(cache->resource);
+    Py_CLEAR(cache->stream);
+    Py_CLEAR(cache->device);
+    Py_CLEAR(cache->handle);
+    Py_CLEAR(cache->id_acquire);
+    Py_CLEAR(cache->id_release);
+}
+
+/* The timer's CudaMarker (borrowed from the cache), or NULL: none (no error set). */
+static MarkerObject *cache_marker(SpanMakerObject *m, BuildCache *cache) {
+    if (cache->marker == NULL) {
+        PyObject *timer = PyObject_GetAttr(m->recorder, s_timer);
+        PyObject *marker = timer == NULL || timer == Py_None ? NULL : PyObject_GetAttr(timer, s_marker);
+        Py_XDECREF(timer);
+        if (marker == NULL || Py_TYPE(marker) != &MarkerType) {
+            Py_XDECREF(marker);
+            if (PyErr_Occurred()) {
+                if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
+                PyErr_Clear();
+            }
+            marker = Py_NewRef(Py_None);
+        }
+        cache->marker = marker;
+    }
+    return cache->marker == Py_None ? NULL : (MarkerObject *)cache->marker;
+}
+
 /* Whether the record's fields the builder reads are all set. */
 static int record_complete(RecordObject *r) {
     return r->owner && r->link && r->parent && r->otel_parent && r->trace_id && r->span_id && r->span_context &&
@@ -2243,7 +2398,7 @@ fail:
 }
 
 /* rec's SpanContext, made once (_spans.SpanBuilder._span_context). New reference. */
-static PyObject *span_context_of(SpanMakerObject *m, RecordObject *rec) {
+static PyObject *span_context_of(SpanMakerObject *m, RecordObject *rec, BuildCache *cache) {
     if (rec->span_context != Py_None) {
         Py_INCREF(rec->span_context);
         return rec->span_context;
@@ -2256,7 +2411,16 @@ static PyObject *span_context_of(SpanMakerObject *m, RecordObject *rec) {
             if (id == NULL) return NULL;
             Py_DECREF(id);
         } else { /* RandomIdGenerator.generate_span_id, under assign_span_id's lock */
-            PyObject *got = PyObject_CallMethodNoArgs(m->id_lock, s_acquire);
+            if (cache->id_acquire == NULL) {
+                cache->id_acquire = PyObject_GetAttr(m->id_lock, s_acquire);
+                if (cache->id_acquire == NULL) return NULL;
+                cache->id_release = PyObject_GetAttr(m->id_lock, s_release);
+                if (cache->id_release == NULL) {
+                    Py_CLEAR(cache->id_acquire);
+                    return NULL;
+                }
+            }
+            PyObject *got = PyObject_CallNoArgs(cache->id_acquire);
             if (got == NULL) return NULL;
             Py_DECREF(got);
             PyObject *id = NULL;
@@ -2276,7 +2440,7 @@ static PyObject *span_context_of(SpanMakerObject *m, RecordObject *rec) {
             }
             PyObject *type, *value, *traceback;
             PyErr_Fetch(&type, &value, &traceback);
-            PyObject *released = PyObject_CallMethodNoArgs(m->id_lock, s_release);
+            PyObject *released = PyObject_CallNoArgs(cache->id_release);
             if (released == NULL) {
                 Py_XDECREF(type);
                 Py_XDECREF(value);
@@ -2378,25 +2542,32 @@ static int gpu_error_from_exception(RecordObject *rec) {
     return 0;
 }
 
-/* CudaTimer.release(mark) in C: the mark's event back to its context's pool. */
-static int release_mark(MarkerObject *marker, PyObject *mark) {
+/* CudaTimer.release(mark) in C: the mark's event back to its context's pool (the cached
+ * context's free list when it is a plain list). */
+static int release_mark(MarkerObject *marker, PyObject *mark, IntervalCache *cache) {
     PyObject *entry = PyDict_GetItemWithError(marker->marks, mark);
     if (entry == NULL) return PyErr_Occurred() ? -1 : 0;
     Py_INCREF(entry);
     int rc = PyDict_DelItem(marker->marks, mark);
     if (rc == 0 && PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 2) {
-        PyObject *pool = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 1), s_pool);
+        PyObject *owner = PyTuple_GET_ITEM(entry, 1);
+        if (owner == cache->context && cache->free_list != NULL) {
+            rc = PyList_Append(cache->free_list, PyTuple_GET_ITEM(entry, 0));
+            Py_DECREF(entry);
+            return rc;
+        }
+        PyObject *pool = PyObject_GetAttr(owner, s_pool);
         PyObject *free_list = pool ? PyObject_GetAttr(pool, s_free) : NULL;
+        Py_XDECREF(pool);
         if (free_list != NULL && PyList_CheckExact(free_list)) { /* the pool's list: append without the call */
             rc = PyList_Append(free_list, PyTuple_GET_ITEM(entry, 0));
-            Py_DECREF(pool);
+            if (owner == cache->context) Py_XSETREF(cache->free_list, Py_NewRef(free_list));
             Py_DECREF(free_list);
             Py_DECREF(entry);
             return rc;
         }
         PyObject *done = free_list ? PyObject_CallMethodOneArg(free_list, s_append, PyTuple_GET_ITEM(entry, 0)) : NULL;
         rc = done == NULL ? -1 : 0;
-        Py_XDECREF(pool);
         Py_XDECREF(free_list);
         Py_XDECREF(done);
     }
@@ -2404,39 +2575,25 @@ static int release_mark(MarkerObject *marker, PyObject *mark) {
     return rc;
 }
 
-/* SpanBuilder._gpu_interval's common case: the C marker's interval, both marks released;
- * Py_None when the driver failed (rec.gpu_error set and the marks released, as the Python
- * method does). NULL without an error: the Python method takes the record (the marker could
- * not answer: a stale anchor, another context...); NULL with an error: failure. */
-static PyObject *gpu_interval_fast(SpanMakerObject *m, RecordObject *rec) {
+/* SpanBuilder._gpu_interval's common case: the C marker's interval into *start, *end, both
+ * marks released: 1. 2: the driver failed (rec.gpu_error set and the marks released, as the
+ * Python method does): host timing. 0: the Python method takes the record (the marker could
+ * not answer: a stale anchor, another context...). -1: failure. */
+static int gpu_interval_fast(SpanMakerObject *m, RecordObject *rec, BuildCache *cache, long long *start,
+                             long long *end) {
     long long end_mark;
-    if (rec->gpu_error != Py_None || !small_int(rec->end_mark, &end_mark) || end_mark < 0) return NULL;
-    PyObject *timer = PyObject_GetAttr(m->recorder, s_timer), *marker = NULL, *interval = NULL;
-    if (timer == NULL || timer == Py_None) goto python;
-    marker = PyObject_GetAttr(timer, s_marker);
-    if (marker == NULL || Py_TYPE(marker) != &MarkerType) goto python;
-    PyObject *marks[2] = {rec->start_mark, rec->end_mark};
-    interval = marker_interval((MarkerObject *)marker, marks, 2);
-    if (interval == Py_None) goto python;
-    if (interval == NULL) { /* a driver error (CudaError): the record falls back to host timing */
-        if (gpu_error_from_exception(rec) < 0) goto failed;
-        interval = Py_NewRef(Py_None);
+    if (rec->gpu_error != Py_None || !small_int(rec->end_mark, &end_mark) || end_mark < 0) return 0;
+    MarkerObject *marker = cache_marker(m, cache);
+    if (marker == NULL) return PyErr_Occurred() ? -1 : 0;
+    int found = marker_interval_ns(marker, rec->start_mark, rec->end_mark, &cache->iv, start, end);
+    if (found == 0) return 0;
+    if (found < 0) { /* a driver error (CudaError): the record falls back to host timing */
+        if (gpu_error_from_exception(rec) < 0) return -1;
+        found = 2;
     }
-    if (release_mark((MarkerObject *)marker, rec->start_mark) < 0 || release_mark((MarkerObject *)marker, rec->end_mark) < 0)
-        Py_CLEAR(interval);
-    Py_DECREF(timer);
-    Py_DECREF(marker);
-    return interval;
-python:
-    Py_XDECREF(interval);
-    if (PyErr_Occurred()) {
-        if (!PyErr_ExceptionMatches(PyExc_Exception)) goto failed;
-        PyErr_Clear();
-    }
-failed:
-    Py_XDECREF(timer);
-    Py_XDECREF(marker);
-    return NULL;
+    if (release_mark(marker, rec->start_mark, &cache->iv) < 0 || release_mark(marker, rec->end_mark, &cache->iv) < 0)
+        return -1;
+    return found;
 }
 
 /* The attributes dict, sized for a GPU brick's 14 keys: grown from empty it is resized twice
@@ -2449,38 +2606,34 @@ static PyObject *new_attributes_dict(void) {
 #endif
 }
 
-/* The span: (ReadableSpan, attributes, row), None (the Python builder takes rec), or NULL. */
-static PyObject *span_maker_build(SpanMakerObject *m, PyObject *arg) {
-    if (!Record_Check(arg)) Py_RETURN_NONE;
+/* The span of rec into built[0..2] (ReadableSpan, attributes, row; new references): 1.
+ * 0: the Python builder takes rec (nothing changed). -1: failure. */
+static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyObject **built) {
+    if (!Record_Check(arg)) return 0;
     RecordObject *rec = (RecordObject *)arg;
-    if (!record_complete(rec) || rec->notes != Py_None || rec->error != Py_None) Py_RETURN_NONE;
+    if (!record_complete(rec) || rec->notes != Py_None || rec->error != Py_None) return 0;
     PyObject *owner = rec->owner;
-    if (!PyObject_TypeCheck(owner, &ScopeBaseType)) Py_RETURN_NONE;
+    if (!PyObject_TypeCheck(owner, &ScopeBaseType)) return 0;
     ScopeObject *scope = (ScopeObject *)owner;
     long kind = owner_kind(owner);
-    if (kind < 0) return NULL;
+    if (kind < 0) return -1;
     int external = owner_flag(owner, s_external, &scope->external1);
-    if (external != 0) {
-        if (external < 0) return NULL;
-        Py_RETURN_NONE; /* bs.record_gpu: the Python builder */
-    }
+    if (external != 0) return external < 0 ? -1 : 0; /* bs.record_gpu: the Python builder */
     PyObject *parent = rec->parent;
     if (scope->name == NULL || !PyUnicode_CheckExact(scope->name) || scope->attributes == NULL ||
         (scope->attributes != Py_None && !PyDict_CheckExact(scope->attributes)) || scope->elements == NULL ||
         (parent != Py_None && (!Record_Check(parent) || !record_complete((RecordObject *)parent))) ||
         !PyLong_CheckExact(rec->host_start) || !PyLong_CheckExact(rec->host_end) || !PyLong_CheckExact(rec->start_mark))
-        Py_RETURN_NONE;
+        return 0;
     long long start_mark;
-    if (!small_int(rec->start_mark, &start_mark)) Py_RETURN_NONE;
+    if (!small_int(rec->start_mark, &start_mark)) return 0;
     PyObject *enclosing = enclosing_of(m, rec, 0);
-    if (enclosing == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
-    }
+    if (enclosing == NULL) return PyErr_Occurred() ? -1 : 0;
     /* from here on the record is ours: no return to the Python builder */
-    PyObject *attributes = NULL, *host_start = NULL, *host_duration = NULL, *start = NULL, *end = NULL, *out = NULL;
+    PyObject *attributes = NULL, *host_start = NULL, *host_duration = NULL, *start = NULL, *end = NULL;
     PyObject *clock = m->clock_host, *parent_context = NULL, *context = NULL, *span = NULL;
     PyObject *resource = NULL;
+    int out = -1;
     if ((attributes = new_attributes_dict()) == NULL) goto done;
     if ((host_start = PyNumber_Add(rec->host_start, m->epoch)) == NULL) goto done;
     if ((host_duration = PyNumber_Subtract(rec->host_end, rec->host_start)) == NULL) goto done;
@@ -2492,31 +2645,47 @@ static PyObject *span_maker_build(SpanMakerObject *m, PyObject *arg) {
         PyDict_SetItem(attributes, KEY(m, K_THREAD_ID), rec->thread_id) < 0 ||
         PyDict_SetItem(attributes, KEY(m, K_THREAD_NAME), thread_name ? thread_name : g_empty_str) < 0)
         goto done;
-    Py_INCREF(host_start);
-    start = host_start;
-    if ((end = PyNumber_Add(host_start, host_duration)) == NULL) goto done;
     if (start_mark >= 0) {
-        PyObject *interval = gpu_interval_fast(m, rec);
-        if (interval == NULL && !PyErr_Occurred()) interval = PyObject_CallOneArg(m->gpu_interval, arg);
-        if (interval == NULL) goto done;
-        if (interval != Py_None) {
-            if (!PyTuple_Check(interval) || PyTuple_GET_SIZE(interval) != 2) {
-                Py_DECREF(interval);
-                PyErr_SetString(PyExc_TypeError, "brickscope: a GPU interval is a (start, end) pair");
-                goto done;
+        long long gpu_start = 0, gpu_end = 0;
+        int got = gpu_interval_fast(m, rec, cache, &gpu_start, &gpu_end);
+        if (got < 0) goto done;
+        if (got == 1) {
+            if ((start = PyLong_FromLongLong(gpu_start)) == NULL || (end = PyLong_FromLongLong(gpu_end)) == NULL) goto done;
+        } else if (got == 0) {
+            PyObject *interval = PyObject_CallOneArg(m->gpu_interval, arg);
+            if (interval == NULL) goto done;
+            if (interval != Py_None) {
+                if (!PyTuple_Check(interval) || PyTuple_GET_SIZE(interval) != 2) {
+                    Py_DECREF(interval);
+                    PyErr_SetString(PyExc_TypeError, "brickscope: a GPU interval is a (start, end) pair");
+                    goto done;
+                }
+                start = Py_NewRef(PyTuple_GET_ITEM(interval, 0));
+                end = Py_NewRef(PyTuple_GET_ITEM(interval, 1));
             }
-            Py_SETREF(start, Py_NewRef(PyTuple_GET_ITEM(interval, 0)));
-            Py_SETREF(end, Py_NewRef(PyTuple_GET_ITEM(interval, 1)));
-            Py_DECREF(interval);
-            clock = m->clock_cuda;
-            if (set_key(attributes, KEY(m, K_GPU_DURATION), PyNumber_Subtract(end, start)) < 0 ||
-                set_key(attributes, KEY(m, K_GPU_DEVICE), PyObject_GetAttr(rec->stream, s_device)) < 0 ||
-                set_key(attributes, KEY(m, K_GPU_STREAM), PyObject_GetAttr(rec->stream, s_handle)) < 0)
-                goto done;
-        } else {
             Py_DECREF(interval);
         }
-    } else {
+        if (start != NULL) {
+            clock = m->clock_cuda;
+            if (rec->stream != cache->stream) { /* the stream's device and handle, kept while it repeats */
+                Py_CLEAR(cache->stream);
+                Py_CLEAR(cache->handle);
+                Py_XSETREF(cache->device, PyObject_GetAttr(rec->stream, s_device));
+                if (cache->device == NULL) goto done;
+                if ((cache->handle = PyObject_GetAttr(rec->stream, s_handle)) == NULL) goto done;
+                cache->stream = Py_NewRef(rec->stream);
+            }
+            if (set_key(attributes, KEY(m, K_GPU_DURATION), PyNumber_Subtract(end, start)) < 0 ||
+                PyDict_SetItem(attributes, KEY(m, K_GPU_DEVICE), cache->device) < 0 ||
+                PyDict_SetItem(attributes, KEY(m, K_GPU_STREAM), cache->handle) < 0)
+                goto done;
+        }
+    }
+    if (start == NULL) {
+        start = Py_NewRef(host_start);
+        if ((end = PyNumber_Add(host_start, host_duration)) == NULL) goto done;
+    }
+    if (start_mark < 0) {
         int gpu_timed = is_true(rec->gpu_first);
         if (gpu_timed < 0) goto done;
         if (gpu_timed) { /* a step or layer: the extent of the GPU work timed inside it */
@@ -2575,12 +2744,13 @@ static PyObject *span_maker_build(SpanMakerObject *m, PyObject *arg) {
     }
     if (scope->attributes != Py_None && PyDict_Update(attributes, scope->attributes) < 0) goto done;
     if (parent != Py_None) {
-        if ((parent_context = span_context_of(m, (RecordObject *)parent)) == NULL) goto done;
+        if ((parent_context = span_context_of(m, (RecordObject *)parent, cache)) == NULL) goto done;
     } else {
         parent_context = Py_NewRef(rec->otel_parent);
     }
-    if ((context = span_context_of(m, rec)) == NULL) goto done;
-    if ((resource = PyObject_GetAttr(m->provider, s_resource)) == NULL) goto done;
+    if ((context = span_context_of(m, rec, cache)) == NULL) goto done;
+    if (cache->resource == NULL && (cache->resource = PyObject_GetAttr(m->provider, s_resource)) == NULL) goto done;
+    resource = Py_NewRef(cache->resource);
     PyObject *empty = g_empty_tuple;
     if ((span = PyBaseObject_Type.tp_new((PyTypeObject *)m->span_type, empty, NULL)) == NULL) goto done;
     /* stored as __init__ stores them, in its order: CPython keeps them in the instance's
@@ -2604,8 +2774,10 @@ static PyObject *span_maker_build(SpanMakerObject *m, PyObject *arg) {
     Py_XDECREF(held_parent_id);
     if (row == NULL) goto done;
     PyObject_GC_UnTrack(row); /* as the SpanContext: an immutable tuple nothing refers back to */
-    out = PyTuple_Pack(3, span, attributes, row);
-    Py_DECREF(row);
+    built[0] = Py_NewRef(span);
+    built[1] = Py_NewRef(attributes);
+    built[2] = row;
+    out = 1;
 done:
     Py_DECREF(enclosing);
     Py_XDECREF(attributes);
@@ -2617,6 +2789,21 @@ done:
     Py_XDECREF(context);
     Py_XDECREF(resource);
     Py_XDECREF(span);
+    return out;
+}
+
+/* The span: (ReadableSpan, attributes, row), None (the Python builder takes rec), or NULL. */
+static PyObject *span_maker_build(SpanMakerObject *m, PyObject *arg) {
+    BuildCache cache = {0};
+    PyObject *built[3];
+    int got = build_span(m, arg, &cache, built);
+    build_cache_clear(&cache);
+    if (got <= 0) {
+        if (got < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *out = PyTuple_Pack(3, built[0], built[1], built[2]);
+    for (int i = 0; i < 3; i++) Py_DECREF(built[i]);
     return out;
 }
 
@@ -2686,8 +2873,9 @@ static PyObject *span_maker_drain(SpanMakerObject *m, PyObject *const *args, Py_
     PyObject *pending = args[0], *spans = args[1], *attributes = args[2], *rows = args[3];
     Py_ssize_t limit = PyLong_AsSsize_t(args[4]);
     if (limit == -1 && PyErr_Occurred()) return NULL;
-    PyObject *popleft = PyObject_GetAttrString(pending, "popleft"), *marker = NULL;
+    PyObject *popleft = PyObject_GetAttrString(pending, "popleft");
     if (popleft == NULL) return NULL;
+    BuildCache cache = {0};
     Py_ssize_t taken = 0;
     int failed = 0;
     while (PyList_GET_SIZE(spans) < limit) {
@@ -2708,42 +2896,35 @@ static PyObject *span_maker_drain(SpanMakerObject *m, PyObject *const *args, Py_
             break;
         }
         if (end_mark >= 0) { /* done on the GPU? only the C marker's answer, without waiting */
+            MarkerObject *marker = cache_marker(m, &cache);
             if (marker == NULL) {
-                PyObject *timer = PyObject_GetAttr(m->recorder, s_timer);
-                marker = timer == NULL || timer == Py_None ? NULL : PyObject_GetAttr(timer, s_marker);
-                Py_XDECREF(timer);
-                if (marker == NULL || Py_TYPE(marker) != &MarkerType) {
-                    Py_CLEAR(marker);
-                    PyErr_Clear();
-                    Py_DECREF(head);
-                    break;
-                }
+                PyErr_Clear();
+                Py_DECREF(head);
+                break;
             }
-            PyObject *complete = marker_complete((MarkerObject *)marker, rec->end_mark);
-            if (complete == NULL) { /* a driver error: host timing, as Resolver._gpu_ready does */
+            int complete = marker_complete_cached(marker, rec->end_mark, &cache.iv);
+            if (complete < 0) { /* a driver error: host timing, as Resolver._gpu_ready does */
                 if (gpu_error_from_exception(rec) < 0) {
                     Py_DECREF(head);
                     failed = 1;
                     break;
                 }
-            } else if (complete != Py_True) { /* not yet, or None: the Python loop decides (and waits) */
-                Py_DECREF(complete);
+            } else if (complete != 1) { /* not yet, or the Python loop decides (and waits) */
                 Py_DECREF(head);
                 break;
-            } else {
-                Py_DECREF(complete);
             }
         }
-        PyObject *built = span_maker_build(m, head);
-        if (built == Py_None) {
-            Py_DECREF(built);
+        PyObject *built[3];
+        int got = build_span(m, head, &cache, built);
+        if (got == 0) {
             Py_DECREF(head);
             break;
         }
         PyObject *popped = PyObject_CallNoArgs(popleft);
         if (popped == NULL || popped != head) { /* pending changed under us: cannot happen under the GIL */
             Py_XDECREF(popped);
-            Py_XDECREF(built);
+            if (got > 0)
+                for (int i = 0; i < 3; i++) Py_DECREF(built[i]);
             Py_DECREF(head);
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "brickscope: pending changed while resolving");
             failed = 1;
@@ -2751,13 +2932,13 @@ static PyObject *span_maker_drain(SpanMakerObject *m, PyObject *const *args, Py_
         }
         Py_DECREF(popped);
         Py_DECREF(head);
-        if (built == NULL) { /* the record is taken out: the caller counts the failure */
+        if (got < 0) { /* the record is taken out: the caller counts the failure */
             failed = 1;
             break;
         }
-        int rc = PyList_Append(spans, PyTuple_GET_ITEM(built, 0)) < 0 ||
-                 PyList_Append(attributes, PyTuple_GET_ITEM(built, 1)) < 0 || PyList_Append(rows, PyTuple_GET_ITEM(built, 2)) < 0;
-        Py_DECREF(built);
+        int rc = PyList_Append(spans, built[0]) < 0 || PyList_Append(attributes, built[1]) < 0 ||
+                 PyList_Append(rows, built[2]) < 0;
+        for (int i = 0; i < 3; i++) Py_DECREF(built[i]);
         if (rc) {
             failed = 1;
             break;
@@ -2765,7 +2946,10 @@ static PyObject *span_maker_drain(SpanMakerObject *m, PyObject *const *args, Py_
         taken++;
     }
     Py_DECREF(popleft);
-    Py_XDECREF(marker);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    build_cache_clear(&cache); /* may pop a context a query pushed */
+    PyErr_Restore(type, value, traceback);
     if (failed) return NULL;
     return PyLong_FromSsize_t(taken);
 }

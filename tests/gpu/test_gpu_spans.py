@@ -315,3 +315,62 @@ class TestQuickstartOnTheSimulator:
         assert "clock: cuda" in result.stdout
         assert "Self time by brick (clock: cuda" in result.stdout
         assert "GPU timing errors: 0" in result.stdout
+
+
+class TestResolutionQueries:
+    """The GPU queries of one resolution batch (SpanMaker.drain in C) share their set-up."""
+
+    def test_a_thread_with_no_context_current_pushes_it_once_per_batch(self, pipeline, simdriver):
+        """Resolving 50 GPU bricks on a thread where no context is current (the resolver
+        thread's case) makes the stream's context current once for all their queries in C
+        (once per query in Python) and leaves the thread as it found it; the spans are the same."""
+        from cuda.bindings import driver as drv
+
+        from brickscope import _native
+
+        provider, exporter = pipeline
+        configure(provider)
+        stream = new_stream()
+        simdriver.enqueue_kernel(stream, 5 * MS)  # keep the stream busy: bricks measure their kernels
+        with bs.layer(0):
+            for _ in range(50):
+                with bs.brick("attention_score", stream=stream):
+                    simdriver.enqueue_kernel(stream, 100_000)
+        assert int(drv.cuCtxGetCurrent()[1]) == 0
+        drv.cuStreamSynchronize(drv.CUstream(stream))  # complete: the resolution below waits for nothing
+        pushes, pops = simdriver.calls("cuCtxPushCurrent"), simdriver.calls("cuCtxPopCurrent")
+        assert bs.sync() is True
+        pushes, pops = simdriver.calls("cuCtxPushCurrent") - pushes, simdriver.calls("cuCtxPopCurrent") - pops
+        assert int(drv.cuCtxGetCurrent()[1]) == 0 and pushes == pops
+        if _native.implementations()["brickscope._hotpath"] == "c":
+            assert pushes == 2  # the re-anchor at the blocking sync point (Python), then one for the batch
+        else:
+            assert pushes > 100  # a push per query: complete, host time, elapsed time
+        bricks = [s for s in exporter.get_finished_spans() if s.name == "attention_score"]
+        assert len(bricks) == 50
+        assert all(abs(b.attributes[A.GPU_DURATION_NS] - 100_000) <= QUANTUM_NS for b in bricks)
+
+    def test_the_anchor_age_is_checked_against_the_clock_read_once_per_batch(self, pipeline, simdriver, monkeypatch):
+        """A step end resolving 20 complete GPU bricks reads the host clock once for their
+        anchor-age checks in C (once per brick in Python, in host_time_ns)."""
+        from brickscope import _clock, _native
+
+        provider, exporter = pipeline
+        configure(provider, sync_mode="deferred")
+        stream = new_stream()
+        with bs.step(0):
+            for _ in range(20):
+                with bs.brick("ffn_up", stream=stream):
+                    simdriver.enqueue_kernel(stream, 1_000)
+            time.sleep(0.002)  # the GPU is done when the step ends
+            calls = []
+            real = _clock.perf_counter_ns
+
+            def counted() -> int:
+                calls.append(1)
+                return real()
+
+            monkeypatch.setattr(_clock, "perf_counter_ns", counted)  # the C side then calls host_ns
+        monkeypatch.undo()
+        assert [s.name for s in exporter.get_finished_spans()] == ["ffn_up"] * 20 + ["step"]
+        assert len(calls) == (1 if _native.implementations()["brickscope._hotpath"] == "c" else 20)
