@@ -2,12 +2,14 @@
 """configure(resolver="thread"): resolution off the application thread, nothing lost or left pending.
 
 The tests sequence the two threads with events (a processor that holds the resolver
-thread inside a batch until released), never with sleeps or time windows.
+thread inside a batch until released), never with time windows; the one wait for the
+thread's own poll is bounded by WAIT_S only.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -143,6 +145,25 @@ class TestResolverThread:
         assert point.count == 3 * 4  # the default histogram: the bricks of the sampled steps
         (elements,) = metrics[A.METRIC_BRICK_ELEMENTS].data.data_points
         assert elements.value == 5 * (0 + 1 + 2 + 3)
+
+    def test_a_step_end_with_nothing_pending_wakes_nobody(self):
+        """Host clock, step sampling: an unsampled step's bricks are folded as they end, so its
+        end wakes no thread; a sampled step's end does. The thread's own poll (every
+        max_delay_millis) still hands the unsampled bricks to the metrics, with no sync."""
+        with capture_spans(resolver="thread", step_sampling="every=2", max_delay_millis=5) as captured:
+            recorder = captured.session.sync_processor.recorder
+            wake, wakes = recorder.wake, []
+            recorder.wake = lambda: (wakes.append(len(recorder.pending)), wake())
+            record_step(1, 3)  # not sampled
+            assert wakes == []
+            record_step(2, 3)  # sampled: 4 records wait for the thread
+            assert wakes == [4]
+            aggregator = captured.session.aggregator
+            deadline = time.monotonic() + WAIT_S  # a bound on a hang, not a speed expectation
+            while aggregator.unsampled_bricks < 3 and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert aggregator.unsampled_bricks == 3
+            assert captured.session.stats()["forced_syncs"] == 0
 
     def test_half_of_max_pending_wakes_the_thread_instead_of_blocking_the_application(self):
         """No step end and no poll due: at 4 of max_pending=8 ended bricks the thread is woken

@@ -44,7 +44,7 @@ _NEVER = 1 << 62  # a perf_counter_ns no poll is due before
 BLOCK = 1  # close triggers a sync, waiting for the GPU
 POLL = 2  # close triggers a sync of what is already complete
 LATE = 3  # closed after shutdown: sync it at once
-WAKE = 4  # close wakes the resolver thread (configure(resolver="thread")); nothing else
+WAKE = 4  # close wakes the resolver thread if records are pending (resolver="thread"); nothing else
 #: What closing a scope of each kind (step, layer, brick, kernel) triggers, per sync mode.
 CLOSE_ACTIONS = {
     "immediate": (BLOCK, BLOCK, BLOCK, 0),
@@ -285,7 +285,10 @@ class Recorder(_RecordingBase):
     def _act(self, rec: Record, action: int) -> None:
         """What closing ``rec`` triggers by the sync policy (``CLOSE_ACTIONS``)."""
         if action == WAKE:
-            self.wake()
+            # Nothing pending (an unsampled step on the host clock, folded as it ended): no
+            # wake-up. The thread's own poll hands the folded sums over within max_delay_millis.
+            if self.pending:
+                self.wake()
             return
         if action == LATE:
             self._counts["closed_after_shutdown"] += 1

@@ -2,9 +2,10 @@
 """The resolver thread: resolution, span building and aggregation off the application thread.
 
 With ``configure(resolver="thread")`` the application thread only records: a step's
-end wakes this thread (one ``Event.set``), which also polls every ``interval`` on
-its own, and resolves whatever is complete under the resolver's lock, exactly as
-an inline sync point would. ``sync()``, ``force_flush``, shutdown and exit take the
+end wakes this thread (one ``Event.set``) when records wait to be resolved, and the
+thread also polls every ``interval`` on its own (handing over the sums of unsampled
+host-clock bricks, which never wait), resolving whatever is complete under the
+resolver's lock, exactly as an inline sync point would. ``sync()``, ``force_flush``, shutdown and exit take the
 same lock, so they wait for a batch in progress and then resolve the rest
 themselves: nothing is left pending when they return. Memory stays bounded by
 ``max_pending``: at half of it the thread is woken; at ``max_pending`` the recording
@@ -36,7 +37,7 @@ class ResolverThread:
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self.wake = self._wake.set  # bound once: the recorder calls it at each step end
+        self.wake = self._wake.set  # bound once: the recorder calls it at a step end with work
 
     def start(self) -> int:
         """Start the thread; returns its ident."""
