@@ -125,6 +125,8 @@ class Session:
         self._closed = True
         deadline = time.monotonic() + timeout_millis / 1e3
         self.sync_processor.shutdown(timeout_millis)
+        if self.aggregator is not None:
+            self.aggregator.collect_unsampled_from(None)
         _remove_processors(self.tracer_provider, (self.sync_processor, self.aggregator))
         if self._environment_context is not None:
             propagation._detach_environment_context(self._environment_context)  # noqa: SLF001
@@ -310,6 +312,7 @@ def configure(
         sync_processor.track_deliveries()
         if aggregator is not None:
             tracer_provider.add_span_processor(aggregator)
+            aggregator.collect_unsampled_from(sync_processor.hand_over_unsampled)
         previous = _session
         if previous is not None and previous.tracer_provider is tracer_provider and previous._owns_provider:
             owns_provider, previous._owns_provider = True, False  # the provider lives on in the new session

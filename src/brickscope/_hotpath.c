@@ -843,6 +843,7 @@ typedef struct {
     /* scopes_unsampled counted here and added to counts by flush_counts (stats() calls it):
      * a dict update per unsampled scope was ~7 % of a brick's record */
     long long unsampled;
+    char poll_without_pending; /* the time-based poll runs with nothing pending too */
 } RecorderCore;
 
 static PyMemberDef recorder_members[] = {
@@ -856,6 +857,7 @@ static PyMemberDef recorder_members[] = {
     {"_pending_limit", T_LONGLONG, offsetof(RecorderCore, pending_limit), 0, NULL},
     {"_next_poll_ns", T_LONGLONG, offsetof(RecorderCore, next_poll_ns), 0, NULL},
     {"_max_delay_ns", T_LONGLONG, offsetof(RecorderCore, max_delay_ns), 0, NULL},
+    {"poll_without_pending", T_BOOL, offsetof(RecorderCore, poll_without_pending), 0, NULL},
     {NULL}};
 
 static PyObject *recorder_get_pending(RecorderCore *self, void *closure) {
@@ -1555,7 +1557,7 @@ static int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error) {
             PyObject *args[] = {(PyObject *)self, n};
             res = PyObject_VectorcallMethod(s_overflow, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
             Py_DECREF(n);
-        } else if (end >= self->next_poll_ns) {
+        } else if (end >= self->next_poll_ns && (size > 0 || self->poll_without_pending)) {
             PyObject *args[] = {(PyObject *)self, rec->host_end};
             res = PyObject_VectorcallMethod(s_poll, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         } else {

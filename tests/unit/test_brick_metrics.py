@@ -148,18 +148,43 @@ class TestExactCounters:
         assert stats["self_time_clamped"] == 1
         assert stats["scopes_unsampled"] == 6  # step, layer, 4 bricks
 
-    def test_step_ends_hand_sums_over_at_most_every_max_delay_and_sync_always(self, clock):
-        """A step end with nothing pending hands the unsampled sums over only once per
-        max_delay_millis (here: never again); sync() and flush always do."""
+    @pytest.mark.parametrize("resolver", ["inline", "thread"])
+    def test_a_collection_reads_every_brick_ended_before_it(self, clock, resolver):
+        """A step end with nothing pending hands the unsampled sums over at most once per
+        max_delay_millis (here: the first only); a metric collection takes the rest itself,
+        so the counters are exact whenever they are read, with no sync, and nothing twice."""
         reader = InMemoryMetricReader()
         with capture_spans(
-            TracerProvider(sampler=ALWAYS_OFF), max_delay_millis=1e9, meter_provider=MeterProvider(metric_readers=[reader])
+            TracerProvider(sampler=ALWAYS_OFF),
+            max_delay_millis=1e9,
+            resolver=resolver,
+            meter_provider=MeterProvider(metric_readers=[reader]),
         ) as captured:
-            decode_step(clock, 0)  # the first step end hands over
-            decode_step(clock, 1)  # within max_delay of it: kept for later
-            assert counters(reader) == per_step(1)
-            captured.session.sync()
+            aggregator = captured.session.aggregator
+            decode_step(clock, 0)
+            decode_step(clock, 1)
+            assert aggregator.unsampled_bricks <= 3  # the second step's bricks wait in the table
             assert counters(reader) == per_step(2)
+            assert aggregator.unsampled_bricks == 6
+            decode_step(clock, 2)
+            captured.session.sync()
+            assert counters(reader) == per_step(3)
+            assert counters(reader) == per_step(3)
+
+    def test_a_retired_session_is_not_asked_at_collection(self, clock):
+        """configure() again: the old pipeline's hand-over leaves the shared totals; the new
+        one's joins; the counters stay cumulative over both."""
+        reader = InMemoryMetricReader()
+        meters = MeterProvider(metric_readers=[reader])
+        with capture_spans(TracerProvider(sampler=ALWAYS_OFF), meter_provider=meters) as first:
+            decode_step(clock, 0)
+        old = first.session.aggregator
+        assert old._hand_over is None  # noqa: SLF001
+        with capture_spans(TracerProvider(sampler=ALWAYS_OFF), meter_provider=meters) as second:
+            decode_step(clock, 1)
+            assert counters(reader) == per_step(2)
+            totals = second.session.aggregator._totals  # noqa: SLF001
+            assert totals._collect_hooks == [second.session.sync_processor.hand_over_unsampled]  # noqa: SLF001
 
     def test_elements_only_for_bricks_that_count_them(self, clock):
         reader = InMemoryMetricReader()

@@ -156,14 +156,50 @@ class TestResolverThread:
             recorder.wake = lambda: (wakes.append(len(recorder.pending)), wake())
             record_step(1, 3)  # not sampled
             assert wakes == []
-            record_step(2, 3)  # sampled: 4 records wait for the thread
-            assert wakes == [4]
+            record_step(2, 3)  # sampled: 4 records wait for the thread at its end
+            assert wakes[-1] == 4  # (an idle thread is also woken by the first record left pending)
+            assert all(pending > 0 for pending in wakes)
             aggregator = captured.session.aggregator
             deadline = time.monotonic() + WAIT_S  # a bound on a hang, not a speed expectation
             while aggregator.unsampled_bricks < 3 and time.monotonic() < deadline:
                 time.sleep(0.001)
             assert aggregator.unsampled_bricks == 3
             assert captured.session.stats()["forced_syncs"] == 0
+
+    def test_an_idle_thread_sleeps_until_a_record_waits(self, clock):
+        """Once idle, the thread needs no timer: metrics-only steps (folded as they end) never
+        poll or wake it however much time passes; the first record left pending wakes it at
+        its close (max_delay_millis=1e9: no timer would), and it delivers the span, no sync."""
+        provider = TracerProvider()
+        gate = Gate(hold=False)
+        gate.expect = 1
+        provider.add_span_processor(gate)
+        with capture_spans(provider, resolver="thread", step_sampling="every=2", max_delay_millis=1e9) as captured:
+            recorder = captured.session.sync_processor.recorder
+            deadline = time.monotonic() + WAIT_S
+            while recorder._next_poll_ns != 0 and time.monotonic() < deadline:  # noqa: SLF001
+                time.sleep(0.001)  # the thread starting up and going to sleep
+            assert recorder._next_poll_ns == 0  # noqa: SLF001
+            wake, wakes = recorder.wake, []
+            recorder.wake = lambda: (wakes.append(len(recorder.pending)), wake())
+            for number in (1, 3, 5):  # not sampled
+                clock.now += 10**9
+                record_step(number, 3)
+            assert wakes == []
+            assert captured.session.stats()["polls"] == 0
+            with bs.brick("rms_norm"):  # a root brick: sampled, left pending at its close
+                pass
+            assert wakes == [1]
+            assert gate.seen.wait(WAIT_S)
+        assert gate.threads == [THREAD_NAME]
+
+    def test_kept_histogram_values_keep_the_timer(self):
+        """duration_histogram="all" keeps each unsampled brick's value until it is handed
+        over: the thread keeps polling by time (bounded memory) instead of sleeping."""
+        with capture_spans(resolver="thread", duration_histogram="all") as captured:
+            recorder = captured.session.sync_processor.recorder
+            assert recorder.poll_without_pending
+            assert not recorder.arm_wake()
 
     def test_half_of_max_pending_wakes_the_thread_instead_of_blocking_the_application(self):
         """No step end and no poll due: at 4 of max_pending=8 ended bricks the thread is woken

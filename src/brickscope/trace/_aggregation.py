@@ -28,7 +28,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry.metrics import NoOpHistogram
@@ -206,6 +206,7 @@ class CategoryAggregator(SpanProcessor):
         self.errors = 0
         #: Bricks folded into the metrics without a span (unsampled), not in the report.
         self.unsampled_bricks = 0
+        self._hand_over: Callable[[], None] | None = None
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         """Nothing to do at start."""
@@ -285,6 +286,16 @@ class CategoryAggregator(SpanProcessor):
                     values.append((self_ns, name, category, span))
             except Exception:
                 self._failed()
+
+    def collect_unsampled_from(self, hand_over: Callable[[], None] | None) -> None:
+        """Call ``hand_over`` (a pipeline's: it folds the unsampled bricks it holds into this
+        aggregator, and never raises) at each metric collection, so the counters are exact
+        when read; None stops it."""
+        if self._hand_over is not None:
+            self._totals.remove_collect_hook(self._hand_over)
+        self._hand_over = hand_over
+        if hand_over is not None:
+            self._totals.add_collect_hook(hand_over)
 
     def fold_unsampled(
         self, sums: dict[tuple[str, str], tuple[int, int, int]], values: list[tuple[str, str, int]]

@@ -151,7 +151,7 @@ class _PyRecording:
             self._act(rec, action)
         elif len(pending) >= self._pending_limit:
             self._overflow(len(pending))
-        elif end >= self._next_poll_ns:
+        elif end >= self._next_poll_ns and (pending or self.poll_without_pending):
             self._poll(end)
 
 
@@ -212,6 +212,11 @@ class Recorder(_RecordingBase):
         self._root_sampled = static_root_decision(tracer_provider.sampler)
         self._max_delay_ns = min(int(max_delay_millis * 1e6), _NEVER)
         self._next_poll_ns = perf_counter_ns() + self._max_delay_ns
+        #: The time-based poll runs with nothing pending too: unsampled values kept for the
+        #: "all" duration histogram are handed over that often (bounded memory). Otherwise
+        #: a poll with nothing to resolve is skipped; the metrics take the unsampled sums
+        #: themselves at each collection.
+        self.poll_without_pending = False
         self.pending: deque[Record] = deque()
         self.thread_names: dict[int, str] = {}
         self._stream_refs: dict[Any, Any] = {}
@@ -298,8 +303,13 @@ class Recorder(_RecordingBase):
             self.sync(block=True, timeout_millis=self.sync_timeout_millis, streams=(rec.stream,))
 
     def _poll(self, end: int) -> None:
-        """``max_delay_millis`` passed since the last poll: resolve what is complete."""
+        """``max_delay_millis`` passed since the last poll: resolve what is complete; with a
+        resolver thread (only while it sleeps, see :meth:`arm_wake`), wake it instead."""
         self._counts["polls"] += 1
+        if self.wake is not None:
+            self._next_poll_ns = _NEVER  # awake now: the thread polls on its own timer
+            self.wake()
+            return
         self._next_poll_ns = end + self._max_delay_ns
         self.sync(block=False)
 
@@ -344,13 +354,29 @@ class Recorder(_RecordingBase):
 
     def hand_off(self, wake: Callable[[], None]) -> None:
         """Resolution moves to a resolver thread: the closes that polled now call ``wake``
-        instead, the time-based poll is the thread's own, and the thread is woken when
-        half of ``max_pending`` records wait. Blocking sync points (``immediate``/``per_layer``)
+        instead, the time-based poll is the thread's own (a close polls only to wake it
+        from an idle sleep, :meth:`arm_wake`), and the thread is woken when half of
+        ``max_pending`` records wait. Blocking sync points (``immediate``/``per_layer``)
         and the forced sync at ``max_pending`` stay."""
         self.wake = wake
         self.close_actions = tuple(WAKE if action == POLL else action for action in self.close_actions)
         self._next_poll_ns = _NEVER
         self._pending_limit = max(1, self.max_pending // 2)
+
+    def arm_wake(self) -> bool:
+        """The resolver thread found nothing to do: True if it may sleep until woken, the
+        next close that leaves a record pending waking it (a poll due at once). False when
+        records are pending or unsampled values are handed over by time: it keeps its timer.
+
+        The poll is made due before ``pending`` is read, so a record queued meanwhile is
+        either seen here or wakes the thread at its close."""
+        if self.poll_without_pending:
+            return False
+        self._next_poll_ns = 0
+        if self.pending:
+            self._next_poll_ns = _NEVER
+            return False
+        return True
 
     def resolve_inline(self, sync_mode: str) -> None:
         """Back to resolving on the recording thread (a forked child: the thread is gone)."""

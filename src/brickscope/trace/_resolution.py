@@ -111,6 +111,19 @@ class Resolver:
                 self._counts["spans_emitted"] += 1
             self._flush_unsampled(self._downstream.processors())
 
+    def hand_over(self) -> None:
+        """The unsampled bricks folded since the last batch go to the aggregators now (a
+        metric collection asks). Skipped while a batch is in progress: it hands them over
+        as it ends. Never raises."""
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
+            self._flush_unsampled(self._downstream.processors())
+        except Exception:  # never into the metric reader
+            self._counters.log_once("hand_over", "brickscope: handing unsampled bricks to the metrics failed")
+        finally:
+            self.lock.release()
+
     def _flush_unsampled(self, processors: tuple) -> None:
         """End of a batch: the unsampled bricks folded since the last one go to the aggregators."""
         self._next_handover = time.monotonic() + self._handover_interval_s

@@ -140,6 +140,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         self.unsampled = UnsampledBricks(self.counters.values, keep_values=unsampled_values)
         if timer is None or sync_mode == "none":  # nothing to wait for: fold where they end
             self.recorder.fold_closed = self.unsampled.on_close
+        self.recorder.poll_without_pending = unsampled_values  # kept values: handed over by time
         self._resolver = Resolver(
             self.recorder,
             SpanBuilder(tracer_provider, self.recorder, self.counters),
@@ -151,7 +152,10 @@ class GpuSyncSpanProcessor(SpanProcessor):
         self._shutdown = False
         self._worker: ResolverThread | None = None
         if resolver == "thread":
-            self._worker = ResolverThread(self.sync, max_delay_millis / 1e3)
+            recorder = self.recorder
+            self._worker = ResolverThread(
+                self.sync, max_delay_millis / 1e3, lambda: len(recorder.pending), recorder.arm_wake
+            )
             self.recorder.hand_off(self._worker.wake)
             self._resolver.worker_ident = self._worker.start()
         self._provider = tracer_provider
@@ -174,6 +178,10 @@ class GpuSyncSpanProcessor(SpanProcessor):
     def clock(self) -> str:
         """``"cuda"`` or ``"host"``."""
         return self.recorder.clock
+
+    def hand_over_unsampled(self) -> None:
+        """Fold the unsampled bricks held here into the aggregators (at a metric collection)."""
+        self._resolver.hand_over()
 
     def sync(self, block: bool = True, timeout_millis: float | None = None, streams: tuple = ()) -> bool:
         """Resolve pending records into spans and emit them.

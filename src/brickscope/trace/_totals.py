@@ -33,7 +33,7 @@ import logging
 import threading
 import weakref
 from bisect import bisect_left
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.trace import INVALID_SPAN, NonRecordingSpan
@@ -64,6 +64,9 @@ class BrickTotals:
         self._lock = threading.Lock()
         self._sums: dict[tuple[str, str], tuple[int, int, int]] = {}
         self._labels: dict[tuple[str, str], dict[str, str]] = {}
+        #: Called at each collection before anything is read: pipelines hand over the
+        #: unsampled bricks folded since their last resolution batch (exact at collection).
+        self._collect_hooks: list[Callable[[], None]] = []
         meter = meter_provider.get_meter("brickscope", __version__)
         meter.create_observable_counter(
             METRIC_BRICK_COUNT, callbacks=[self._observe_count], unit="{brick}",
@@ -92,6 +95,15 @@ class BrickTotals:
                 c, t, e = self._sums.get(key, _ZERO)
                 self._sums[key] = (c + count, t + total, e + elems)
 
+    def add_collect_hook(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` (it must not raise) at each collection, before the totals are read."""
+        with self._lock:
+            self._collect_hooks = [*self._collect_hooks, hook]
+
+    def remove_collect_hook(self, hook: Callable[[], None]) -> None:
+        with self._lock:
+            self._collect_hooks = [h for h in self._collect_hooks if h is not hook]
+
     def snapshot(self) -> dict[tuple[str, str], tuple[int, int, int]]:
         """The totals so far (a copy)."""
         with self._lock:
@@ -110,7 +122,10 @@ class BrickTotals:
         return points
 
     def _observe_count(self, options: CallbackOptions) -> Iterable[Observation]:
-        # Runs at every collection, before the SDK collects its histograms (callbacks first).
+        # Runs at every collection, first of the three counters and before the SDK collects
+        # its histograms (callbacks first).
+        for hook in self._collect_hooks:
+            hook()
         histogram = self.histogram
         if histogram is not None:
             histogram.flush()

@@ -3,9 +3,11 @@
 
 With ``configure(resolver="thread")`` the application thread only records: a step's
 end wakes this thread (one ``Event.set``) when records wait to be resolved, and the
-thread also polls every ``interval`` on its own (handing over the sums of unsampled
-host-clock bricks, which never wait), resolving whatever is complete under the
-resolver's lock, exactly as an inline sync point would. ``sync()``, ``force_flush``, shutdown and exit take the
+thread polls every ``interval`` on its own while there is work, resolving whatever is
+complete under the resolver's lock, exactly as an inline sync point would. After a
+period with nothing woken and nothing pending it sleeps until woken: the next close
+that leaves a record pending wakes it (``Recorder.arm_wake``), so metrics-only
+traffic, whose unsampled bricks never wait, costs no wake-ups at all. ``sync()``, ``force_flush``, shutdown and exit take the
 same lock, so they wait for a batch in progress and then resolve the rest
 themselves: nothing is left pending when they return. Memory stays bounded by
 ``max_pending``: at half of it the thread is woken; at ``max_pending`` the recording
@@ -13,7 +15,7 @@ thread resolves (a forced sync, counted), as inline mode does; nothing is droppe
 
 Example::
 
-    worker = ResolverThread(processor.sync, interval_s=0.05)
+    worker = ResolverThread(processor.sync, 0.05, lambda: len(recorder.pending), recorder.arm_wake)
     worker.start()
     ...
     worker.stop()      # joins; the caller then flushes what is left
@@ -29,11 +31,23 @@ THREAD_NAME = "brickscope-resolver"
 
 
 class ResolverThread:
-    """A daemon thread calling ``sync(block=False)`` when woken and every ``interval_s``."""
+    """A daemon thread calling ``sync(block=False)`` when woken and every ``interval_s``
+    while there is work.
 
-    def __init__(self, sync: Callable[..., bool], interval_s: float) -> None:
+    Args:
+        sync: the resolution entry point.
+        interval_s: the poll period while records are pending or just resolved.
+        backlog: how many records are pending.
+        arm_wake: called after an idle period; True if the thread may sleep until woken.
+    """
+
+    def __init__(
+        self, sync: Callable[..., bool], interval_s: float, backlog: Callable[[], int], arm_wake: Callable[[], bool]
+    ) -> None:
         self._sync = sync
         self._interval_s = interval_s
+        self._backlog = backlog
+        self._arm_wake = arm_wake
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -58,10 +72,15 @@ class ResolverThread:
         return self._thread is not None and self._thread.is_alive()
 
     def _run(self) -> None:
-        wait, clear, sync = self._wake.wait, self._wake.clear, self._sync
+        wait, clear, sync, interval = self._wake.wait, self._wake.clear, self._sync, self._interval_s
+        timeout = None if self._arm_wake() else interval
         while not self._stopping:
-            wait(self._interval_s)
+            woken = wait(timeout)
             clear()
             if self._stopping:
                 return
+            busy = woken or self._backlog() > 0
             sync(block=False)  # never raises
+            # After a wake-up or a poll that found records, poll again in a period (more
+            # tend to follow); after a quiet period, sleep until a record is pending.
+            timeout = interval if busy or not self._arm_wake() else None
