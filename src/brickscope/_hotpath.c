@@ -61,7 +61,15 @@ typedef struct {
     PyObject *owner, *opener, *recorder, *link, *parent, *otel_parent, *otel_context, *trace_id, *span_id,
         *span_context, *sampled, *thread_id, *host_start, *host_end, *stream, *start_mark, *end_mark,
         *gpu_error, *error, *ended, *context_token, *nested_ns, *gpu_first, *gpu_last, *enclosing, *notes;
+    /* host_start / host_end read from the C clock are kept as C integers (a bit of in_c each)
+     * and made ints when first read: an unsampled brick folded in C never needs them as
+     * objects. Anything that hands a record on (pending, Python code) makes them ints first. */
+    long long host_start_ns, host_end_ns;
+    int in_c;
 } RecordObject;
+
+#define TIME_START 1
+#define TIME_END 2
 
 #define RECORD_FIELDS(X)                                                                              \
     X(owner) X(opener) X(recorder) X(link) X(parent) X(otel_parent) X(otel_context) X(trace_id)       \
@@ -71,10 +79,106 @@ typedef struct {
 
 #define Record_Check(o) (Py_TYPE(o) == &RecordType)
 
+#define RECORD_MEMBER_FIELDS(X)                                                                       \
+    X(owner) X(opener) X(recorder) X(link) X(parent) X(otel_parent) X(otel_context) X(trace_id)       \
+    X(span_id) X(span_context) X(sampled) X(thread_id) X(stream)                                      \
+    X(start_mark) X(end_mark) X(gpu_error) X(error) X(ended) X(context_token) X(nested_ns)          \
+    X(gpu_first) X(gpu_last) X(enclosing) X(notes)
+
 static PyMemberDef record_members[] = {
 #define X(f) {#f, T_OBJECT_EX, offsetof(RecordObject, f), 0, NULL},
-    RECORD_FIELDS(X)
+    RECORD_MEMBER_FIELDS(X)
 #undef X
+    {NULL}};
+
+/* An exact int that fits a long long: 1 with *out set, 0 otherwise (never an error). */
+static int small_int(PyObject *value, long long *out) {
+    if (value == NULL || !PyLong_CheckExact(value)) return 0;
+    int overflow;
+    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (*out == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return !overflow;
+}
+
+static PyObject **record_time_slot(RecordObject *rec, int which) {
+    return which == TIME_START ? &rec->host_start : &rec->host_end;
+}
+
+/* rec.host_start / rec.host_end as an int (borrowed), made from the C integer if it is one;
+ * NULL without an error: unset. */
+static PyObject *record_time(RecordObject *rec, int which) {
+    PyObject **slot = record_time_slot(rec, which);
+    if (*slot == NULL && (rec->in_c & which)) {
+        *slot = PyLong_FromLongLong(which == TIME_START ? rec->host_start_ns : rec->host_end_ns);
+        if (*slot == NULL) return NULL;
+        rec->in_c &= ~which;
+    }
+    return *slot;
+}
+
+/* Both times as ints, for whatever reads the record's fields next (-1: error). */
+static int record_times_as_ints(RecordObject *rec) {
+    if ((rec->in_c & TIME_START) && record_time(rec, TIME_START) == NULL) return -1;
+    if ((rec->in_c & TIME_END) && record_time(rec, TIME_END) == NULL) return -1;
+    return 0;
+}
+
+/* A time read from the clock: the int the clock returned (stolen), or the C integer. */
+static void record_set_time(RecordObject *rec, int which, long long value, PyObject *obj) {
+    if (obj != NULL) {
+        Py_XSETREF(*record_time_slot(rec, which), obj);
+        rec->in_c &= ~which;
+        return;
+    }
+    Py_CLEAR(*record_time_slot(rec, which));
+    if (which == TIME_START)
+        rec->host_start_ns = value;
+    else
+        rec->host_end_ns = value;
+    rec->in_c |= which;
+}
+
+/* A time as a C integer: 1 with *out set, 0 not an int that fits (or unset). */
+static int record_time_value(RecordObject *rec, int which, long long *out) {
+    if (rec->in_c & which) {
+        *out = which == TIME_START ? rec->host_start_ns : rec->host_end_ns;
+        return 1;
+    }
+    return small_int(*record_time_slot(rec, which), out);
+}
+
+static PyObject *record_get_time(RecordObject *self, void *closure) {
+    int which = (int)(intptr_t)closure;
+    PyObject *value = record_time(self, which);
+    if (value == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_AttributeError, "'%.200s' object has no attribute '%s'", Py_TYPE(self)->tp_name,
+                         which == TIME_START ? "host_start" : "host_end");
+        return NULL;
+    }
+    Py_INCREF(value);
+    return value;
+}
+
+static int record_set_time_attr(RecordObject *self, PyObject *value, void *closure) {
+    int which = (int)(intptr_t)closure;
+    if (value == NULL && *record_time_slot(self, which) == NULL && !(self->in_c & which)) {
+        PyErr_Format(PyExc_AttributeError, "'%.200s' object has no attribute '%s'", Py_TYPE(self)->tp_name,
+                     which == TIME_START ? "host_start" : "host_end");
+        return -1;
+    }
+    Py_XINCREF(value);
+    Py_XSETREF(*record_time_slot(self, which), value);
+    self->in_c &= ~which;
+    return 0;
+}
+
+static PyGetSetDef record_getset[] = {
+    {"host_start", (getter)record_get_time, (setter)record_set_time_attr, NULL, (void *)(intptr_t)TIME_START},
+    {"host_end", (getter)record_get_time, (setter)record_set_time_attr, NULL, (void *)(intptr_t)TIME_END},
     {NULL}};
 
 static int record_traverse(RecordObject *self, visitproc visit, void *arg) {
@@ -88,6 +192,7 @@ static int record_clear(RecordObject *self) {
 #define X(f) Py_CLEAR(self->f);
     RECORD_FIELDS(X)
 #undef X
+    self->in_c = 0;
     return 0;
 }
 
@@ -168,6 +273,7 @@ static PyTypeObject RecordType = {
     .tp_clear = (inquiry)record_clear,
     .tp_repr = (reprfunc)record_repr,
     .tp_members = record_members,
+    .tp_getset = record_getset,
 };
 
 /* ---- small helpers ------------------------------------------------------------------ */
@@ -235,27 +341,31 @@ static PyObject *global_get(GlobalCache *cache, PyObject *dict, PyObject *key) {
 
 static GlobalCache g_clock_cache; /* g_clock_dict["perf_counter_ns"] */
 
-/* perf_counter_ns() as the recorder module sees it (tests drive it by replacing it). */
-static PyObject *clock_now(long long *value) {
+/* perf_counter_ns() as the recorder module sees it (tests drive it by replacing it): 0 with
+ * *value set, and *obj the int a Python clock returned (a new reference) or NULL when the
+ * clock was read in C; -1 on error. */
+static int clock_read(long long *value, PyObject **obj) {
+    *obj = NULL;
     PyObject *clock = global_get(&g_clock_cache, g_clock_dict, s_perf_counter_ns);
     if (clock == NULL) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "brickscope: recorder clock missing");
-        return NULL;
+        return -1;
     }
     if (clock == g_perf_counter_ns && g_clock_is_monotonic) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         *value = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-        return PyLong_FromLongLong(*value);
+        return 0;
     }
     PyObject *now = PyObject_CallNoArgs(clock);
-    if (now == NULL) return NULL;
+    if (now == NULL) return -1;
     *value = PyLong_AsLongLong(now);
     if (*value == -1 && PyErr_Occurred()) {
         Py_DECREF(now);
-        return NULL;
+        return -1;
     }
-    return now;
+    *obj = now;
+    return 0;
 }
 
 static int counts_add(PyObject *counts, PyObject *key) {
@@ -300,7 +410,11 @@ static int has_base(PyObject *obj, PyTypeObject *base) {
     return PyType_IsSubtype(Py_TYPE(obj), base);
 }
 
-static int is_true(PyObject *value) { return value == Py_True ? 1 : (value == NULL ? 0 : PyObject_IsTrue(value)); }
+static int is_true(PyObject *value) {
+    if (value == Py_True) return 1;
+    if (value == Py_False || value == NULL) return 0;
+    return PyObject_IsTrue(value);
+}
 
 /* ---- CudaMarker: CudaTimer.mark without cuda-bindings' per-call cost ------------- */
 
@@ -1096,7 +1210,8 @@ static PyTypeObject FoldCellType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
 };
 
-#define FOLD_RECENT 32 /* a power of two */
+#define FOLD_RECENT_BITS 5
+#define FOLD_RECENT (1 << FOLD_RECENT_BITS)
 
 typedef struct {
     PyObject_HEAD
@@ -1122,17 +1237,6 @@ static void fold_recent_clear(FoldTableObject *table) {
 
 static PyObject *s_external, *s_self_time_clamped;
 
-/* An exact int that fits a long long: 1 with *out set, 0 otherwise (never an error). */
-static int small_int(PyObject *value, long long *out) {
-    if (value == NULL || !PyLong_CheckExact(value)) return 0;
-    int overflow;
-    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (*out == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    return !overflow;
-}
 
 /* fold_closed's common case: 1 folded, 0 left to the Python method (nothing changed), -1 error.
  * Runs without calling Python code once the first change is made, so a resolver thread
@@ -1147,7 +1251,8 @@ static int fold_fast(FoldTableObject *table, RecordObject *rec) {
     long long elements, start, end, nested, duration;
     if (name == NULL || !PyUnicode_CheckExact(name) || category == NULL ||
         (category != Py_None && !PyUnicode_CheckExact(category)) || !small_int(scope->elements, &elements) ||
-        !small_int(rec->host_start, &start) || !small_int(rec->host_end, &end) || !small_int(rec->nested_ns, &nested) ||
+        !record_time_value(rec, TIME_START, &start) || !record_time_value(rec, TIME_END, &end) ||
+        !small_int(rec->nested_ns, &nested) ||
         __builtin_sub_overflow(end, start, &duration))
         return 0;
     /* the nearest enclosing brick on the scope stack gets this duration as nested time */
@@ -1168,7 +1273,9 @@ static int fold_fast(FoldTableObject *table, RecordObject *rec) {
     if (__builtin_sub_overflow(duration, nested, &self_ns)) return 0;
     int clamped = self_ns < 0; /* nested bricks overlapped on several streams */
     if (clamped) self_ns = 0;
-    size_t slot = (((uintptr_t)name >> 4) ^ ((uintptr_t)category >> 3)) & (FOLD_RECENT - 1);
+    /* Fibonacci hashing of the two addresses: nearby objects spread over the slots */
+    uint64_t mixed = ((uint64_t)(uintptr_t)name ^ ((uint64_t)(uintptr_t)category << 1)) * 0x9E3779B97F4A7C15ULL;
+    size_t slot = (size_t)(mixed >> (64 - FOLD_RECENT_BITS));
     PyObject *cell = table->recent[slot].cell;
     if (cell == NULL || table->recent[slot].name != name || table->recent[slot].category != category) {
         PyObject *key = category == Py_None ? name : PyTuple_Pack(2, name, category);
@@ -1218,6 +1325,7 @@ static int fold_fast(FoldTableObject *table, RecordObject *rec) {
 static int fold_table_fold(FoldTableObject *table, PyObject *rec) {
     int done = Record_Check(rec) ? fold_fast(table, (RecordObject *)rec) : 0;
     if (done != 0) return done < 0 ? -1 : 0;
+    if (Record_Check(rec) && record_times_as_ints((RecordObject *)rec) < 0) return -1;
     PyObject *res = PyObject_CallOneArg(table->fallback, rec);
     if (res == NULL) return -1;
     Py_DECREF(res);
@@ -1441,8 +1549,9 @@ static PyObject *rc_open(RecorderCore *self, PyObject *owner, PyObject *opener) 
     Py_INCREF(g_minus_one);
     rec->end_mark = g_minus_one;
     long long start;
-    rec->host_start = clock_now(&start);
-    if (rec->host_start == NULL) goto fail;
+    PyObject *start_obj;
+    if (clock_read(&start, &start_obj) < 0) goto fail;
+    record_set_time(rec, TIME_START, start, start_obj);
     return (PyObject *)rec;
 fail:
     Py_XDECREF(top);
@@ -1465,8 +1574,8 @@ static int release_context(RecordObject *rec) {
 static int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error) {
     if (!recorder_ready(self)) return -1;
     long long end;
-    PyObject *end_obj = clock_now(&end);
-    if (end_obj == NULL) return -1;
+    PyObject *end_obj;
+    if (clock_read(&end, &end_obj) < 0) return -1;
     long long start_mark = rec->start_mark ? PyLong_AsLongLong(rec->start_mark) : -1;
     if (start_mark == -1 && PyErr_Occurred()) goto fail;
     if (start_mark >= 0) {
@@ -1479,7 +1588,7 @@ static int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error) {
             Py_DECREF(res);
         }
     }
-    Py_XSETREF(rec->host_end, end_obj);
+    record_set_time(rec, TIME_END, end, end_obj);
     end_obj = NULL;
     Py_INCREF(Py_True);
     Py_XSETREF(rec->ended, Py_True);
@@ -1516,6 +1625,7 @@ static int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error) {
     long kind = owner_kind(rec->owner);
     if (kind < 0) return -1;
     if (sampled) {
+        if (record_times_as_ints(rec) < 0) return -1; /* the resolver reads the fields */
         PyObject *res = PyObject_CallOneArg(self->pending_append, (PyObject *)rec);
         if (res == NULL) return -1;
         Py_DECREF(res);
@@ -1528,6 +1638,7 @@ static int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error) {
             if (Py_TYPE(self->fold_closed) == &FoldTableType) {
                 if (fold_table_fold((FoldTableObject *)self->fold_closed, (PyObject *)rec) < 0) return -1;
             } else {
+                if (record_times_as_ints(rec) < 0) return -1;
                 PyObject *res = PyObject_CallOneArg(
                     self->fold_closed != Py_None ? self->fold_closed : self->pending_append, (PyObject *)rec);
                 if (res == NULL) return -1;
@@ -1558,7 +1669,8 @@ static int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error) {
             res = PyObject_VectorcallMethod(s_overflow, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
             Py_DECREF(n);
         } else if (end >= self->next_poll_ns && (size > 0 || self->poll_without_pending)) {
-            PyObject *args[] = {(PyObject *)self, rec->host_end};
+            PyObject *args[] = {(PyObject *)self, record_time(rec, TIME_END)};
+            if (args[1] == NULL) return -1;
             res = PyObject_VectorcallMethod(s_poll, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         } else {
             return 0;
@@ -1766,11 +1878,37 @@ static int scope_clear(ScopeObject *self) {
     return 0;
 }
 
+/* Scope objects of Python classes that add no field to ScopeBase (Brick, Layer...), freed:
+ * brick(name, category, elements) builds one per call, and takes its memory from here. */
+static FreeList scope_free;
+
 static void scope_dealloc(ScopeObject *self) {
-    /* subclasses are Python classes: subtype_dealloc releases their type */
+    /* subclasses are Python classes: subtype_dealloc releases their type (after this) */
+    PyTypeObject *type = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     scope_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    self->kind1 = self->host_only1 = self->external1 = 0;
+    if ((type->tp_flags & Py_TPFLAGS_HEAPTYPE) && type->tp_basicsize == ScopeBaseType.tp_basicsize &&
+        type->tp_itemsize == 0 && type->tp_dictoffset == 0 && type->tp_weaklistoffset == 0 &&
+        type->tp_free == PyObject_GC_Del && free_list_keep(&scope_free, (PyObject *)self))
+        return;
+    type->tp_free((PyObject *)self);
+}
+
+/* A new instance of cls (a Python class adding no field to ScopeBase), every field unset,
+ * tracked by the GC: cls->tp_alloc(cls, 0), or a freed scope object made one. */
+static ScopeObject *scope_new(PyTypeObject *cls) {
+#if FREE_LIST_MAX > 0
+    if (scope_free.size > 0 && cls->tp_alloc == PyType_GenericAlloc && cls->tp_weaklistoffset == 0) {
+        PyObject *op = scope_free.items[--scope_free.size];
+        Py_INCREF(cls); /* an instance of a heap type holds its type, as PyType_GenericAlloc does */
+        Py_SET_TYPE(op, cls);
+        _Py_NewReference(op);
+        PyObject_GC_Track(op);
+        return (ScopeObject *)op;
+    }
+#endif
+    return (ScopeObject *)cls->tp_alloc(cls, 0);
 }
 
 static PyObject *scope_enter(ScopeObject *self, PyObject *unused) {
@@ -1988,15 +2126,16 @@ static PyObject *factory_build_brick(FactoryObject *self, PyObject *const *args,
     }
     if (category == NULL) category = Py_None;
     if (elements == NULL) elements = g_zero;
-    int overflow;
+    int overflow = 0;
+    long long count = 0;
     if (!is_name(args[0]) || (category != Py_None && !is_name(category)) || !PyLong_CheckExact(elements) ||
-        (PyLong_AsLongLongAndOverflow(elements, &overflow) < 0 && !overflow) || overflow < 0) {
+        ((count = PyLong_AsLongLongAndOverflow(elements, &overflow)) < 0 && !overflow) || overflow < 0) {
         PyErr_Clear();
         return NULL;
     }
-    /* no category and no elements: the shared form, the cache's (an identical 0 compares equal at once) */
-    if (category == Py_None && PyObject_RichCompareBool(elements, g_zero, Py_EQ) == 1) return NULL;
-    ScopeObject *scope = (ScopeObject *)self->cls->tp_alloc(self->cls, 0);
+    /* no category and no elements: the shared form, the cache's */
+    if (category == Py_None && count == 0 && !overflow) return NULL;
+    ScopeObject *scope = scope_new(self->cls);
     if (scope == NULL) return NULL;
     Py_INCREF(args[0]);
     scope->name = args[0];

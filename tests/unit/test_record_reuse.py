@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode
 
 import brickscope as bs
-from brickscope import _state
+from brickscope import _scope, _state
 from brickscope.testing import capture_spans
 from brickscope.trace import _recorder
 from brickscope.trace import attributes as A
@@ -116,6 +116,44 @@ class TestReusedRecordsAndEntries:
                     clock.now += 1
             captured.session.sync()
             assert len([s for s in captured.spans if s.name == "rms_norm"]) == MANY + 1
+
+
+    def test_bricks_built_per_call_after_other_scopes_are_freed_are_plain_bricks(self):
+        """brick(name, category, elements) builds a Brick per call (in C from freed scope
+        objects of any kind): each has exactly its own fields and no index."""
+        with capture_spans():
+            for number in range(MANY):
+                _scope.Layer(number, note=number), _scope.Step(number), _scope.Kernel("k", grid=(1,))
+                bs.brick("ffn_up", "ffn", number)
+            for number in range(MANY):
+                brick = bs.brick("rms_norm", elements=number + 1)
+                assert type(brick) is _scope.Brick
+                fields = (brick._name, brick._category, brick._elements, brick._stream, brick._attributes)
+                assert fields == ("rms_norm", None, number + 1, None, None)
+                assert not hasattr(brick, "_index")
+                assert (brick._kind, brick._host_only, brick._external) == (2, False, False)
+
+
+class TestHostTimes:
+    def test_the_host_clock_times_of_a_token_read_as_ints(self):
+        """On the real clock (read in C, kept as C integers until read), an open token has
+        a start and no end; a closed one both, as ints; both can be set and read back."""
+        with capture_spans(TracerProvider(sampler=ALWAYS_OFF)):
+            with bs.step(0):
+                for _ in range(MANY):
+                    with bs.brick("rms_norm"):  # folded and freed with both times
+                        pass
+                token = bs.enter_scope(bs.brick("rms_norm"))
+                assert type(token.host_start) is int and not hasattr(token, "host_end")
+                bs.exit_scope(token)  # unsampled: folded where it ends
+                assert type(token.host_end) is int and token.host_end >= token.host_start
+                start = token.host_start
+                token.host_end = start + 7
+                assert token.host_end - token.host_start == 7
+                del token.host_end
+                assert not hasattr(token, "host_end")
+                with pytest.raises(AttributeError):
+                    del token.host_end
 
 
 class TestGlobalsReadOnEveryScope:
