@@ -74,9 +74,16 @@ typedef struct {
     long long rank;
     PyObject *lane_ordinal, *lane_handle; /* with entry: the lane's key */
     long long device, stream;
+    /* The keys met at each position of the last small attributes dict walked, and their
+     * indexes into the keys (-1: not a table key): a brickscope span's dict has the same
+     * key objects in the same order as the previous span's of its kind, so most keys are
+     * found by identity instead of a lookup. Held, so an identity cannot be reused. */
+    PyObject *seen_key[N_KEYS / 2];
+    int seen_index[N_KEYS / 2];
 } Ctx;
 
 static void ctx_clear(Ctx *c) {
+    for (int i = 0; i < N_KEYS / 2; i++) Py_CLEAR(c->seen_key[i]);
     Py_CLEAR(c->op_name);
     Py_CLEAR(c->op_category);
     Py_CLEAR(c->op_brick);
@@ -429,10 +436,21 @@ static PyObject *make_rows(PyObject *builder, PyObject *batch, int from_records)
                 for (int k = 0; k < N_KEYS; k++) values[k] = NULL;
                 Py_ssize_t pos = 0;
                 PyObject *key, *value;
-                while (rc == 0 && PyDict_Next(attributes, &pos, &key, &value)) {
+                for (int at = 0; rc == 0 && PyDict_Next(attributes, &pos, &key, &value); at++) {
+                    /* at < N_KEYS / 2: the dict has fewer items than that */
+                    if (key == c.seen_key[at]) {
+                        if (c.seen_index[at] >= 0) values[c.seen_index[at]] = value;
+                        continue;
+                    }
                     PyObject *index = PyDict_GetItemWithError(g_key_index, key);
-                    if (index != NULL) values[PyLong_AsLong(index)] = value;
-                    else if (PyErr_Occurred()) rc = -1;
+                    if (index == NULL && PyErr_Occurred()) {
+                        rc = -1;
+                        break;
+                    }
+                    int k = index == NULL ? -1 : (int)PyLong_AsLong(index);
+                    if (k >= 0) values[k] = value;
+                    Py_XSETREF(c.seen_key[at], Py_NewRef(key));
+                    c.seen_index[at] = k;
                 }
             } else if (PyDict_CheckExact(attributes)) {
                 for (int k = 0; k < N_KEYS; k++) {

@@ -226,3 +226,26 @@ def test_a_bound_counts_what_it_leaves_out(fast, monkeypatch):
     columns, _, rows, dropped, _ = _assert_same(fast, monkeypatch, fill, max_rows=7)
     assert (rows, dropped) == (7, 3)
     assert columns["span_id"] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_dicts_that_share_key_objects_in_changing_orders_make_the_same_rows(fast, monkeypatch):
+    """The C row maker finds a key by identity when the previous dict had that very key
+    object at that position (a brickscope span's dict repeats the previous one's): dicts
+    with the same key objects in another order, a position holding another key, extra and
+    missing keys, a key that is not a table key, and an equal key that is another object
+    all make the rows the Python one makes."""
+    resource = RESOURCES[0]
+    brick = {A.SCOPE_KIND: "brick", A.BRICK_CATEGORY: "ffn", A.CLOCK: A.CLOCK_CUDA, A.GPU_DEVICE_ID: 0,
+             A.GPU_STREAM_ID: 7, A.STEP_NUMBER: 1, A.LAYER_INDEX: 2, A.BRICK_SELF_DURATION_NS: 30}  # fmt: skip
+    reordered = dict(reversed(list(brick.items())))
+    layer = {A.SCOPE_KIND: "layer", A.CLOCK: A.CLOCK_HOST, A.STEP_NUMBER: 1, A.LAYER_INDEX: 2}
+    other_keys = {A.SCOPE_KIND: "brick", "user.key": 5, A.CLOCK: A.CLOCK_CUDA, A.BRICK_SELF_DURATION_NS: 40}
+    copied_key = {"".join(A.SCOPE_KIND): "kernel", A.CLOCK: A.CLOCK_HOST, A.STEP_NUMBER: 3}  # equal, not identical
+    dicts = [brick, brick, reordered, layer, brick, other_keys, brick, copied_key, layer, reordered]
+    records = [(f"op{i % 4}", 100 * i, 100 * i + 50, i + 1, 0, resource, dict(d)) for i, d in enumerate(dicts)]
+
+    def fill(builder):
+        builder.add_records(records)
+
+    columns, _, rows, _, _ = _assert_same(fast, monkeypatch, fill)
+    assert rows == len(dicts)
