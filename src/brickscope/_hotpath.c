@@ -2593,14 +2593,13 @@ static PyObject *span_context_of(SpanMakerObject *m, RecordObject *rec, BuildCac
             if (PyErr_Occurred()) return NULL;
         }
     }
-    PyObject *items = PyTuple_Pack(6, rec->trace_id, rec->span_id, Py_False, m->sampled, m->trace_state, Py_True);
-    if (items == NULL) return NULL;
-    PyObject *args = PyTuple_Pack(1, items);
-    Py_DECREF(items);
-    if (args == NULL) return NULL;
-    PyObject *context = PyTuple_Type.tp_new((PyTypeObject *)m->context_type, args, NULL); /* tuple.__new__ */
-    Py_DECREF(args);
+    /* tuple.__new__(SpanContext, items) without its argument and temporary tuples: what it
+     * ends with (the subtype's tp_alloc, the items stored in order) */
+    PyTypeObject *context_type = (PyTypeObject *)m->context_type;
+    PyObject *context = context_type->tp_alloc(context_type, 6);
     if (context == NULL) return NULL;
+    PyObject *items[6] = {rec->trace_id, rec->span_id, Py_False, m->sampled, m->trace_state, Py_True};
+    for (int i = 0; i < 6; i++) PyTuple_SET_ITEM(context, i, Py_NewRef(items[i]));
     /* Immutable, and its items (ints, bools, the shared flags and trace state) cannot refer
      * back to it: it can be in no cycle, so the cyclic GC need not track it (what CPython
      * does itself for tuples of untracked items). One GC-tracked object less per span. */
