@@ -61,6 +61,9 @@ typedef struct {
     PyObject *owner, *opener, *recorder, *link, *parent, *otel_parent, *otel_context, *trace_id, *span_id,
         *span_context, *sampled, *thread_id, *host_start, *host_end, *stream, *start_mark, *end_mark,
         *gpu_error, *error, *ended, *context_token, *nested_ns, *gpu_first, *gpu_last, *enclosing, *notes;
+    /* The token of the ContextVar set that made this record the top of its stack, while open
+     * (not an attribute): a LIFO close resets the stack with it (see stack_pop). */
+    PyObject *stack_token;
     /* host_start / host_end read from the C clock are kept as C integers (a bit of in_c each)
      * and made ints when first read: an unsampled brick folded in C never needs them as
      * objects. Anything that hands a record on (pending, Python code) makes them ints first. */
@@ -75,7 +78,7 @@ typedef struct {
     X(owner) X(opener) X(recorder) X(link) X(parent) X(otel_parent) X(otel_context) X(trace_id)       \
     X(span_id) X(span_context) X(sampled) X(thread_id) X(host_start) X(host_end) X(stream)           \
     X(start_mark) X(end_mark) X(gpu_error) X(error) X(ended) X(context_token) X(nested_ns)          \
-    X(gpu_first) X(gpu_last) X(enclosing) X(notes)
+    X(gpu_first) X(gpu_last) X(enclosing) X(notes) X(stack_token)
 
 #define Record_Check(o) (Py_TYPE(o) == &RecordType)
 
@@ -290,6 +293,43 @@ static int stack_set(PyObject *value) {
     if (token == NULL) return -1;
     Py_DECREF(token);
     return 0;
+}
+
+/* A new record on top of `link`: the ContextVar set, and its token kept on the record when
+ * the value it replaces is link (as it is unless code run since link was read changed it). */
+static int stack_push(PyObject *rec, PyObject *link, PyObject **token) {
+    PyObject *current = stack_top();
+    if (current == NULL) return -1;
+    Py_DECREF(current); /* only compared */
+    PyObject *made = PyContextVar_Set(g_top_var, rec);
+    if (made == NULL) return -1;
+    if (current == link) {
+        Py_XSETREF(*token, made);
+    } else {
+        Py_DECREF(made);
+        Py_CLEAR(*token);
+    }
+    return 0;
+}
+
+/* The innermost open record `rec` leaves the stack, `below` becomes the top. When below is
+ * what the stack held when rec was pushed (no ended record skipped) and the token of that
+ * push is there, resetting the ContextVar with it gives the same value as setting it,
+ * without a new token and the lookup of the value it would remember; a token of another
+ * Context (a close from another task or thread) cannot reset: then the value is set. */
+static int stack_pop(PyObject *below, PyObject *link, PyObject **token) {
+    PyObject *used = *token;
+    *token = NULL;
+    if (used == NULL || below != link || below == Py_None) {
+        Py_XDECREF(used);
+        return stack_set(below);
+    }
+    int rc = PyContextVar_Reset(g_top_var, used);
+    Py_DECREF(used);
+    if (rc == 0) return 0;
+    if (!PyErr_ExceptionMatches(PyExc_ValueError)) return -1;
+    PyErr_Clear();
+    return stack_set(below);
 }
 
 static PyObject *otel_current(void) {
@@ -1530,7 +1570,7 @@ static PyObject *rc_open(RecorderCore *self, PyObject *owner, PyObject *opener) 
     rec->gpu_first = g_zero;
     Py_INCREF(g_zero);
     rec->gpu_last = g_zero;
-    if (stack_set((PyObject *)rec) < 0) goto fail;
+    if (stack_push((PyObject *)rec, rec->link, &rec->stack_token) < 0) goto fail;
     if (self->timer != Py_None) {
         int done = self->marker != NULL ? open_gpu_fast(self, rec, owner) : 0;
         if (done < 0) goto fail;
@@ -1608,8 +1648,9 @@ static int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error) {
             if (release_context((RecordObject *)below) < 0) return -1;
             below = ((RecordObject *)below)->link ? ((RecordObject *)below)->link : Py_None;
         }
-        if (stack_set(below) < 0) return -1;
+        if (stack_pop(below, rec->link, &rec->stack_token) < 0) return -1;
     } else {
+        Py_CLEAR(rec->stack_token);
         if (counts_add(self->counts, s_scope_repairs) < 0) return -1;
         PyObject *res = PyObject_CallOneArg(g_repair_stack, (PyObject *)rec);
         if (res == NULL) return -1;

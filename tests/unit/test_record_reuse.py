@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the scope hot path reuses or remembers between scopes carries nothing over.
 
-The C accelerator keeps freed records and entries for the next scopes, remembers the
+The C accelerator keeps freed records and entries for the next scopes, pops the scope stack
+with the token of the push that a scope's close undoes (a ContextVar reset instead of a set), remembers the
 globals it reads on every scope (``_state.recorder``, ``_state.compiling``, the recorder's
 clock) until their module changes them, remembers the metrics cell of the bricks it folded
 last by the identity of their name, and counts unsampled scopes in C until ``stats()``
@@ -9,6 +10,9 @@ reads them. Each is checked here through what a user can observe (spans, metrics
 tokens), under both implementations (the pure-Python reference has none of them)."""
 
 from __future__ import annotations
+
+import asyncio
+import contextvars
 
 import pytest
 from opentelemetry import trace
@@ -19,7 +23,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode
 
 import brickscope as bs
-from brickscope import _scope, _state
+from brickscope import _record, _scope, _state
 from brickscope.testing import capture_spans
 from brickscope.trace import _recorder
 from brickscope.trace import attributes as A
@@ -235,3 +239,52 @@ class TestUnsampledCount:
                 assert captured.session.stats()["scopes_unsampled"] == 7
             assert captured.session.stats()["scopes_unsampled"] == 9
             assert captured.session.stats()["scopes_unsampled"] == 9  # read twice: counted once
+
+
+class TestStackPopsWhereTheyPushed:
+    def test_a_close_in_a_copied_context_leaves_the_original_stack_alone(self, clock):
+        """The innermost scope closed from a copy of the context it opened in (its push
+        cannot be undone there by the token): each context keeps its own stack."""
+        with capture_spans() as captured:
+            with bs.step(0):
+                outer = bs.enter_scope(bs.brick("outer"))
+                inner = bs.enter_scope(bs.brick("inner"))
+                copy = contextvars.copy_context()
+                copy.run(bs.exit_scope, inner)
+                assert copy.run(_record.TOP.get) is outer
+                assert _record.TOP.get() is inner and inner.ended
+                with bs.brick("after"):
+                    clock.now += 1
+                assert _record.TOP.get() is outer
+                bs.exit_scope(outer)
+            captured.session.sync()
+            spans = {s.name: s for s in captured.spans}
+        assert spans["inner"].parent.span_id == spans["outer"].context.span_id
+        assert spans["after"].parent.span_id == spans["inner"].context.span_id
+        assert _record.TOP.get() is None
+
+    def test_tasks_started_inside_a_brick_nest_under_it_after_it_ended(self, clock):
+        """A task copies the stack when it is created: its scopes nest under the brick open
+        then, even once the brick has ended; when they end, the ended brick leaves the
+        task's stack too."""
+
+        async def child():
+            await asyncio.sleep(0)
+            with bs.brick("in_task"):
+                clock.now += 1
+            return _record.TOP.get()
+
+        async def main():
+            with bs.step(0), bs.layer(0):
+                with bs.brick("spawner"):
+                    task = asyncio.create_task(child())
+                    clock.now += 1
+                top_after = _record.TOP.get()
+                task_top = await task
+                return top_after, task_top
+
+        with capture_spans() as captured:
+            top_after, task_top = asyncio.run(main())
+            spans = {s.name: s for s in captured.spans}
+        assert top_after.owner._name == "layer" and task_top is top_after  # the ended spawner surfaced
+        assert spans["in_task"].parent.span_id == spans["spawner"].context.span_id
