@@ -70,7 +70,7 @@ class SpanBuilder:
     def __init__(self, tracer_provider: TracerProvider, recorder: Any, counters: Counters) -> None:
         self._recorder = recorder  # its timer: None after a fork
         self._thread_names = recorder.thread_names
-        self._provider = tracer_provider  # its resource is read per span: the kernel source registry updates it
+        self._provider = tracer_provider  # its resource is read per span (per drain in C): the kernel source registry updates it
         self._id_generator = tracer_provider.id_generator
         self._counts = counters.values
         maker = _span_maker(self)
