@@ -199,12 +199,13 @@ static int record_clear(RecordObject *self) {
     return 0;
 }
 
-/* Free lists: a scope's record (and a with-statement's entry) is made and dropped on every
- * use; their memory is kept here instead of going back to the allocator. An object comes
- * back cleared (every field NULL: unset, as a new one), untracked by the GC, holding no
- * reference; a type's dealloc puts it here and its constructor takes it back (the way
- * CPython's own free lists of tuples and floats work). CPython 3.13 no longer exports
- * _Py_NewReference: there every object is allocated and freed. */
+/* Free lists: a scope's record, a with-statement's entry and the Brick of
+ * brick(name, category, elements) are made and dropped on every use; their memory is kept
+ * here instead of going back to the allocator. An object comes back cleared (every field
+ * NULL: unset, as a new one), untracked by the GC, holding no reference; a type's dealloc
+ * puts it here and its constructor takes it back (the way CPython's own free lists of
+ * tuples and floats work). CPython 3.13 no longer exports _Py_NewReference: there every
+ * object is allocated and freed. */
 #if PY_VERSION_HEX < 0x030D0000
 #define FREE_LIST_MAX 256
 #else
@@ -215,15 +216,15 @@ typedef struct {
     int size;
 } FreeList;
 
-/* Keep a cleared, untracked object of an exact static type: 1 kept, 0 (full) the caller frees it. */
+/* Keep a cleared, untracked object: 1 kept, 0 (full) the caller frees it. */
 static int free_list_keep(FreeList *list, PyObject *op) {
     if (list->size >= FREE_LIST_MAX) return 0;
     list->items[list->size++] = op;
     return 1;
 }
 
-/* An object of the list's type with every field unset and tracked by the GC, as
- * type->tp_alloc(type, 0) gives it. */
+/* An object of a static type with every field unset and tracked by the GC, as
+ * type->tp_alloc(type, 0) gives it (every object in the list is of that type). */
 static PyObject *free_list_take(FreeList *list, PyTypeObject *type) {
 #if FREE_LIST_MAX > 0
     if (list->size > 0) {
@@ -350,7 +351,7 @@ static PyObject *otel_current(void) {
  * so; on later releases, where the tag is deprecated, every read is a lookup. The value is
  * borrowed: the dict holds it as long as the tag is unchanged. */
 typedef struct {
-    PyObject *dict;  /* borrowed: the dict the entry was read from (a new registration resets it) */
+    PyObject *dict;  /* borrowed: the dict the entry was read from (only compared) */
     uint64_t tag;
     PyObject *value; /* borrowed, or NULL: the key is missing */
 } GlobalCache;
