@@ -147,24 +147,31 @@ class TestResolverThread:
         assert elements.value == 5 * (0 + 1 + 2 + 3)
 
     def test_a_step_end_with_nothing_pending_wakes_nobody(self):
-        """Host clock, step sampling: an unsampled step's bricks are folded as they end, so its
-        end wakes no thread; a sampled step's end does. The thread's own poll (every
-        max_delay_millis) still hands the unsampled bricks to the metrics, with no sync."""
-        with capture_spans(resolver="thread", step_sampling="every=2", max_delay_millis=5) as captured:
+        """Host clock, step sampling: an unsampled step's bricks are folded as they end, so
+        nothing wakes the thread; a sampled step's records do (at the first one left pending
+        if the thread sleeps, and at the step end), never with nothing pending. The thread's
+        batch hands the unsampled bricks to the metrics too, with no sync."""
+        provider = TracerProvider()
+        gate = Gate(hold=False)
+        gate.expect = 4
+        provider.add_span_processor(gate)
+        with capture_spans(provider, resolver="thread", step_sampling="every=2", max_delay_millis=5) as captured:
             recorder = captured.session.sync_processor.recorder
             wake, wakes = recorder.wake, []
             recorder.wake = lambda: (wakes.append(len(recorder.pending)), wake())
             record_step(1, 3)  # not sampled
             assert wakes == []
-            record_step(2, 3)  # sampled: 4 records wait for the thread at its end
-            assert wakes[-1] == 4  # (an idle thread is also woken by the first record left pending)
+            record_step(2, 3)  # sampled: 4 records for the thread
+            assert wakes
             assert all(pending > 0 for pending in wakes)
+            assert gate.seen.wait(WAIT_S)
             aggregator = captured.session.aggregator
             deadline = time.monotonic() + WAIT_S  # a bound on a hang, not a speed expectation
             while aggregator.unsampled_bricks < 3 and time.monotonic() < deadline:
                 time.sleep(0.001)
             assert aggregator.unsampled_bricks == 3
             assert captured.session.stats()["forced_syncs"] == 0
+        assert gate.threads == [THREAD_NAME] * 4
 
     def test_an_idle_thread_sleeps_until_a_record_waits(self, clock):
         """Once idle, the thread needs no timer: metrics-only steps (folded as they end) never
