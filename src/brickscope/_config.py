@@ -444,7 +444,10 @@ def _flush_at_exit() -> None:
 
 def _finishes_within(seconds: float, call: Any, *args: Any) -> Any:
     """``call(*args)``'s result if it returns within ``seconds``, else None (it goes on in a
-    daemon thread: an exporter blocked on a dead collector cannot be interrupted)."""
+    daemon thread: an exporter blocked on a dead collector cannot be interrupted).
+
+    Where no thread can be started (CPython 3.12 refuses new threads once the interpreter
+    is exiting), it runs here, to its end: the deadline is lost, not the spans."""
     result: list[Any] = []
     done = threading.Event()
 
@@ -457,7 +460,10 @@ def _finishes_within(seconds: float, call: Any, *args: Any) -> Any:
         finally:
             done.set()
 
-    threading.Thread(target=run, name="brickscope-deadline", daemon=True).start()
+    try:
+        threading.Thread(target=run, name="brickscope-deadline", daemon=True).start()
+    except RuntimeError:  # "can't create new thread at interpreter shutdown"
+        run()
     if not done.wait(seconds):
         return None
     return result[0] if result[0] is not None else True
