@@ -28,13 +28,13 @@ WAIT_S = 30  # a bound on a hang, not a speed expectation
 class Gate(SpanProcessor):
     """Notes which thread delivered each span; optionally holds the first delivery until released."""
 
-    def __init__(self, hold: bool) -> None:
+    def __init__(self, hold: bool, expect: int = 0) -> None:
         self.hold = hold
         self.entered = threading.Event()
         self.release = threading.Event()
         self.threads: list[str] = []
         self.seen = threading.Event()
-        self.expect = 0
+        self.expect = expect
 
     def on_end(self, span) -> None:  # noqa: ANN001
         self.threads.append(threading.current_thread().name)
@@ -43,6 +43,14 @@ class Gate(SpanProcessor):
             assert self.release.wait(WAIT_S)
         if len(self.threads) >= self.expect:
             self.seen.set()
+
+
+def gated_provider(hold: bool, expect: int = 0) -> tuple[TracerProvider, Gate]:
+    """A provider with a Gate: ``seen`` is set once ``expect`` spans were delivered."""
+    provider = TracerProvider()
+    gate = Gate(hold, expect)
+    provider.add_span_processor(gate)
+    return provider, gate
 
 
 def record_step(number: int, bricks: int) -> None:
@@ -55,10 +63,7 @@ def record_step(number: int, bricks: int) -> None:
 class TestResolverThread:
     def test_a_step_end_hands_resolution_to_the_thread(self):
         """The application thread records; the step end wakes the resolver thread, which emits."""
-        provider = TracerProvider()
-        gate = Gate(hold=False)
-        gate.expect = 4
-        provider.add_span_processor(gate)
+        provider, gate = gated_provider(hold=False, expect=4)
         with capture_spans(provider, resolver="thread") as captured:
             assert captured.session.sync_processor.resolver == "thread"
             record_step(0, 3)
@@ -68,9 +73,7 @@ class TestResolverThread:
             assert len(captured.spans) == 4
 
     def test_sync_while_the_thread_is_mid_batch_returns_with_nothing_pending(self):
-        provider = TracerProvider()
-        gate = Gate(hold=True)
-        provider.add_span_processor(gate)
+        provider, gate = gated_provider(hold=True)
         with capture_spans(provider, resolver="thread") as captured:
             record_step(0, 5)  # 6 spans; the thread takes them and stops inside the first
             assert gate.entered.wait(WAIT_S)
@@ -89,9 +92,7 @@ class TestResolverThread:
     def test_shutdown_with_the_thread_busy_loses_nothing(self):
         """Shut down while the resolver thread is held inside a batch: every scope recorded
         before is delivered, none left pending, the thread has stopped."""
-        provider = TracerProvider()
-        gate = Gate(hold=True)
-        provider.add_span_processor(gate)
+        provider, gate = gated_provider(hold=True)
         reader = InMemoryMetricReader()
         with capture_spans(
             provider, resolver="thread", meter_provider=MeterProvider(metric_readers=[reader])
@@ -151,10 +152,7 @@ class TestResolverThread:
         nothing wakes the thread; a sampled step's records do (at the first one left pending
         if the thread sleeps, and at the step end), never with nothing pending. The thread's
         batch hands the unsampled bricks to the metrics too, with no sync."""
-        provider = TracerProvider()
-        gate = Gate(hold=False)
-        gate.expect = 4
-        provider.add_span_processor(gate)
+        provider, gate = gated_provider(hold=False, expect=4)
         with capture_spans(provider, resolver="thread", step_sampling="every=2", max_delay_millis=5) as captured:
             recorder = captured.session.sync_processor.recorder
             wake, wakes = recorder.wake, []
@@ -177,10 +175,7 @@ class TestResolverThread:
         """Once idle, the thread needs no timer: metrics-only steps (folded as they end) never
         poll or wake it however much time passes; the first record left pending wakes it at
         its close (max_delay_millis=1e9: no timer would), and it delivers the span, no sync."""
-        provider = TracerProvider()
-        gate = Gate(hold=False)
-        gate.expect = 1
-        provider.add_span_processor(gate)
+        provider, gate = gated_provider(hold=False, expect=1)
         with capture_spans(provider, resolver="thread", step_sampling="every=2", max_delay_millis=1e9) as captured:
             recorder = captured.session.sync_processor.recorder
             deadline = time.monotonic() + WAIT_S
@@ -211,10 +206,7 @@ class TestResolverThread:
     def test_half_of_max_pending_wakes_the_thread_instead_of_blocking_the_application(self):
         """No step end and no poll due: at 4 of max_pending=8 ended bricks the thread is woken
         and resolves them; the application never resolves itself (no forced sync)."""
-        provider = TracerProvider()
-        gate = Gate(hold=False)
-        gate.expect = 4
-        provider.add_span_processor(gate)
+        provider, gate = gated_provider(hold=False, expect=4)
         with capture_spans(provider, resolver="thread", max_pending=8, max_delay_millis=1e9) as captured:
             for _ in range(4):
                 with bs.brick("rms_norm"):
@@ -253,10 +245,7 @@ class TestSelfTelemetry:
     def test_resolution_cpu_is_counted_on_the_thread_that_resolved(self):
         """With the resolver thread busy and the application never syncing, all resolution CPU
         is the thread's; the OTel counters read the same figures as stats()."""
-        provider = TracerProvider()
-        gate = Gate(hold=False)
-        gate.expect = 11
-        provider.add_span_processor(gate)
+        provider, gate = gated_provider(hold=False, expect=11)
         reader = InMemoryMetricReader()
         with capture_spans(
             provider, resolver="thread", meter_provider=MeterProvider(metric_readers=[reader])
