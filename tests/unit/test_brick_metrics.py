@@ -20,20 +20,6 @@ from brickscope.trace import attributes as A
 WAIT_S = 30  # a bound on a hang, not a speed expectation
 
 
-def counters(reader: InMemoryMetricReader) -> dict[tuple[str, str], tuple]:
-    """(brick, category) -> (count, self time s, elements) as the reader collects them."""
-    data = reader.get_metrics_data()
-    metrics = {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-
-    def values(name: str) -> dict[tuple[str, str], float]:
-        metric = metrics.get(name)
-        points = metric.data.data_points if metric is not None else ()
-        return {(p.attributes[A.BRICK_NAME], p.attributes[A.BRICK_CATEGORY]): p.value for p in points}
-
-    counts, times, elements = values(A.METRIC_BRICK_COUNT), values(A.METRIC_BRICK_SELF_TIME), values(A.METRIC_BRICK_ELEMENTS)
-    return {key: (counts[key], times[key], elements.get(key)) for key in counts}
-
-
 def decode_step(clock, number: int) -> None:
     """attention_score 30 ns around ffn_up 12 ns (8 elements); rms_norm 5 ns (category given)."""
     with bs.step(number):
@@ -56,7 +42,7 @@ def per_step(steps: int) -> dict[tuple[str, str], tuple]:
 
 
 class TestExactCounters:
-    def test_metrics_only_counts_every_brick_with_no_span_built(self, clock):
+    def test_metrics_only_counts_every_brick_with_no_span_built(self, clock, counters):
         reader = InMemoryMetricReader()
         provider = TracerProvider(sampler=ALWAYS_OFF)
         with capture_spans(provider, meter_provider=MeterProvider(metric_readers=[reader])) as captured:
@@ -76,7 +62,7 @@ class TestExactCounters:
                         clock.now += 1
                 assert captured.session.stats()["pending"] == 0
 
-    def test_the_counters_are_cumulative_across_reconfiguration(self, clock):
+    def test_the_counters_are_cumulative_across_reconfiguration(self, clock, counters):
         reader = InMemoryMetricReader()
         meters = MeterProvider(metric_readers=[reader])
         bs.configure(TracerProvider(), clock="host", meter_provider=meters, step_sampling="every=2")
@@ -91,7 +77,7 @@ class TestExactCounters:
         bs.shutdown()
         assert counters(reader) == per_step(7)
 
-    def test_threads_recording_while_the_resolver_takes_lose_nothing(self, clock):
+    def test_threads_recording_while_the_resolver_takes_lose_nothing(self, clock, counters):
         """Four threads fold unsampled bricks (each into its own table) while the main
         thread resolves again and again: every brick is counted once; the tables of the
         threads that ended are gone once handed over."""
@@ -119,7 +105,7 @@ class TestExactCounters:
             assert captured.session.sync_processor.unsampled._tables == []  # noqa: SLF001
 
     @pytest.mark.parametrize("fold", ["at_close", "python_reference"])
-    def test_unusual_bricks_fold_exactly(self, clock, fold):
+    def test_unusual_bricks_fold_exactly(self, clock, fold, counters):
         """Bricks folded where they end, by what the recorder calls (the C table where the
         accelerator is built) and by the Python reference: a record_gpu brick is timed by its
         GPU interval (50 ns), longer than its enclosing brick (10 ns), whose self time is
@@ -149,7 +135,7 @@ class TestExactCounters:
         assert stats["scopes_unsampled"] == 6  # step, layer, 4 bricks
 
     @pytest.mark.parametrize("resolver", ["inline", "thread"])
-    def test_a_collection_reads_every_brick_ended_before_it(self, clock, resolver):
+    def test_a_collection_reads_every_brick_ended_before_it(self, clock, resolver, counters):
         """A step end with nothing pending hands the unsampled sums over at most once per
         max_delay_millis (here: the first only); a metric collection takes the rest itself,
         so the counters are exact whenever they are read, with no sync, and nothing twice."""
@@ -171,7 +157,7 @@ class TestExactCounters:
             assert counters(reader) == per_step(3)
             assert counters(reader) == per_step(3)
 
-    def test_a_retired_session_is_not_asked_at_collection(self, clock):
+    def test_a_retired_session_is_not_asked_at_collection(self, clock, counters):
         """configure() again: the old pipeline's hand-over leaves the shared totals; the new
         one's joins; the counters stay cumulative over both."""
         reader = InMemoryMetricReader()
@@ -200,7 +186,7 @@ class TestExactCounters:
         assert elements.unit == "{element}"
 
     @pytest.mark.parametrize("path", ["folded_at_close", "resolved"])
-    def test_shutdown_with_the_resolver_thread_busy_loses_nothing(self, clock, path):
+    def test_shutdown_with_the_resolver_thread_busy_loses_nothing(self, clock, path, counters):
         """Shut down while the resolver thread is held inside a batch of spans: every brick
         recorded before, sampled or not, folded where it ended or waiting to be resolved
         (as GPU-timed ones do), is in the counters afterwards."""

@@ -29,18 +29,6 @@ from brickscope.trace import _recorder
 from brickscope.trace import attributes as A
 
 
-def counters(reader: InMemoryMetricReader) -> dict[tuple[str, str], tuple]:
-    """(brick, category) -> (count, self time s, elements) as the reader collects them."""
-    data = reader.get_metrics_data()
-    metrics = {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-
-    def values(name: str) -> dict[tuple[str, str], float]:
-        points = metrics[name].data.data_points if name in metrics else ()
-        return {(p.attributes[A.BRICK_NAME], p.attributes[A.BRICK_CATEGORY]): p.value for p in points}
-
-    counts, times, elements = values(A.METRIC_BRICK_COUNT), values(A.METRIC_BRICK_SELF_TIME), values(A.METRIC_BRICK_ELEMENTS)
-    return {key: (counts[key], times[key], elements.get(key)) for key in counts}
-
 #: More scopes than the free lists keep, so that later scopes take reused memory.
 MANY = 600
 
@@ -205,7 +193,7 @@ class TestGlobalsReadOnEveryScope:
 
 
 class TestFoldsByName:
-    def test_equal_names_built_apart_and_categories_fold_into_their_own_sums(self, clock):
+    def test_equal_names_built_apart_and_categories_fold_into_their_own_sums(self, clock, counters):
         """Brick names that are equal but distinct objects, and one name under several
         categories, interleaved: each (brick, category) gets exactly its bricks."""
         reader = InMemoryMetricReader()
