@@ -291,7 +291,7 @@ class Recorder(_RecordingBase):
         """What closing ``rec`` triggers by the sync policy (``CLOSE_ACTIONS``)."""
         if action == WAKE:
             # Nothing pending (an unsampled step on the host clock, folded as it ended): no
-            # wake-up. The thread's own poll hands the folded sums over within max_delay_millis.
+            # wake-up. A metric collection takes the folded sums itself.
             if self.pending:
                 self.wake()
             return

@@ -7,11 +7,12 @@ thread polls every ``interval`` on its own while there is work, resolving whatev
 complete under the resolver's lock, exactly as an inline sync point would. After a
 period with nothing woken and nothing pending it sleeps until woken: the next close
 that leaves a record pending wakes it (``Recorder.arm_wake``), so metrics-only
-traffic, whose unsampled bricks never wait, costs no wake-ups at all. ``sync()``, ``force_flush``, shutdown and exit take the
-same lock, so they wait for a batch in progress and then resolve the rest
-themselves: nothing is left pending when they return. Memory stays bounded by
-``max_pending``: at half of it the thread is woken; at ``max_pending`` the recording
-thread resolves (a forced sync, counted), as inline mode does; nothing is dropped.
+traffic, whose unsampled bricks never wait, costs no wake-ups at all. ``sync()``,
+``force_flush``, shutdown and exit take the same lock, so they wait for a batch in
+progress and then resolve the rest themselves: nothing is left pending when they
+return. Memory stays bounded by ``max_pending``: at half of it the thread is woken; at
+``max_pending`` the recording thread resolves (a forced sync, counted), as inline mode
+does; nothing is dropped.
 
 Example::
 
