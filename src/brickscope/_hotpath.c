@@ -110,12 +110,24 @@ static PyObject **record_time_slot(RecordObject *rec, int which) {
     return which == TIME_START ? &rec->host_start : &rec->host_end;
 }
 
+/* The C integer of a time (meaningful while its bit is set in rec->in_c). */
+static long long *record_ns_slot(RecordObject *rec, int which) {
+    return which == TIME_START ? &rec->host_start_ns : &rec->host_end_ns;
+}
+
+/* The AttributeError of an unset time (-1). */
+static int record_time_missing(RecordObject *rec, int which) {
+    PyErr_Format(PyExc_AttributeError, "'%.200s' object has no attribute '%s'", Py_TYPE(rec)->tp_name,
+                 which == TIME_START ? "host_start" : "host_end");
+    return -1;
+}
+
 /* rec.host_start / rec.host_end as an int (borrowed), made from the C integer if it is one;
  * NULL without an error: unset. */
 static PyObject *record_time(RecordObject *rec, int which) {
     PyObject **slot = record_time_slot(rec, which);
     if (*slot == NULL && (rec->in_c & which)) {
-        *slot = PyLong_FromLongLong(which == TIME_START ? rec->host_start_ns : rec->host_end_ns);
+        *slot = PyLong_FromLongLong(*record_ns_slot(rec, which));
         if (*slot == NULL) return NULL;
         rec->in_c &= ~which;
     }
@@ -137,17 +149,14 @@ static void record_set_time(RecordObject *rec, int which, long long value, PyObj
         return;
     }
     Py_CLEAR(*record_time_slot(rec, which));
-    if (which == TIME_START)
-        rec->host_start_ns = value;
-    else
-        rec->host_end_ns = value;
+    *record_ns_slot(rec, which) = value;
     rec->in_c |= which;
 }
 
 /* A time as a C integer: 1 with *out set, 0 not an int that fits (or unset). */
 static int record_time_value(RecordObject *rec, int which, long long *out) {
     if (rec->in_c & which) {
-        *out = which == TIME_START ? rec->host_start_ns : rec->host_end_ns;
+        *out = *record_ns_slot(rec, which);
         return 1;
     }
     return small_int(*record_time_slot(rec, which), out);
@@ -157,9 +166,7 @@ static PyObject *record_get_time(RecordObject *self, void *closure) {
     int which = (int)(intptr_t)closure;
     PyObject *value = record_time(self, which);
     if (value == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_AttributeError, "'%.200s' object has no attribute '%s'", Py_TYPE(self)->tp_name,
-                         which == TIME_START ? "host_start" : "host_end");
+        if (!PyErr_Occurred()) record_time_missing(self, which);
         return NULL;
     }
     Py_INCREF(value);
@@ -168,11 +175,8 @@ static PyObject *record_get_time(RecordObject *self, void *closure) {
 
 static int record_set_time_attr(RecordObject *self, PyObject *value, void *closure) {
     int which = (int)(intptr_t)closure;
-    if (value == NULL && *record_time_slot(self, which) == NULL && !(self->in_c & which)) {
-        PyErr_Format(PyExc_AttributeError, "'%.200s' object has no attribute '%s'", Py_TYPE(self)->tp_name,
-                     which == TIME_START ? "host_start" : "host_end");
-        return -1;
-    }
+    if (value == NULL && *record_time_slot(self, which) == NULL && !(self->in_c & which))
+        return record_time_missing(self, which);
     Py_XINCREF(value);
     Py_XSETREF(*record_time_slot(self, which), value);
     self->in_c &= ~which;
