@@ -3,7 +3,8 @@
 
 - brickscope's file exporters (Perfetto, flamegraph) say so themselves: an int
   ``bytes_written`` (the core never imports them; this is the whole protocol);
-- the official OTLP/HTTP exporter: the request bodies it hands its HTTP transport
+- the official OTLP/HTTP exporter, or a subclass of it (brickscope-exporter-otlp's): the
+  request bodies it hands its HTTP transport
   (compressed if it compresses; retries count again: bytes put on the wire), counted by
   wrapping that transport (``exporter._client._transport``: a private attribute of
   opentelemetry-exporter-otlp-proto-http 1.45, read here only);
@@ -47,8 +48,9 @@ def byte_reader(exporter: Any) -> Callable[[], int] | None:
 
 
 def _otlp_http_transport(exporter: Any) -> CountingTransport | None:
-    """The official OTLP/HTTP exporter's transport, wrapped once in a CountingTransport."""
-    if not type(exporter).__module__.startswith("opentelemetry.exporter.otlp.proto.http"):
+    """The transport of the official OTLP/HTTP exporter (or a subclass), wrapped once in a
+    CountingTransport."""
+    if not any(cls.__module__.startswith("opentelemetry.exporter.otlp.proto.http") for cls in type(exporter).__mro__):
         return None
     client = getattr(exporter, "_client", None)
     transport = getattr(client, "_transport", None)

@@ -1,0 +1,132 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The exporter sends the official encoding's bytes through the official exporter's transport."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as official_encode_spans
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as OfficialExporter
+from opentelemetry.sdk._configuration import _import_exporters
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.trace import SpanContext, TraceFlags
+
+from brickscope.exporter.otlp import OTLPSpanExporter, _exporter
+
+
+class Receiver:
+    """A loopback OTLP/HTTP endpoint that keeps each request body and answers ``status``."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.bodies: list[bytes] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                receiver.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    served = Receiver()
+    yield served
+    served.close()
+
+
+def spans(count: int = 20) -> list[ReadableSpan]:
+    resource = Resource({"service.name": "decoder"})
+    return [
+        ReadableSpan(
+            name=f"brick{i % 4}",
+            context=SpanContext(0xABC, i, is_remote=False, trace_flags=TraceFlags(1)),
+            parent=SpanContext(0xABC, 1000, is_remote=False),
+            attributes={"brickscope.scope.kind": "brick", "brickscope.layer.index": i % 3, "thread.id": 140447922391936},
+            resource=resource,
+            start_time=1_700_000_000_000_000_000 + i,
+            end_time=1_700_000_000_000_000_900 + i,
+        )
+        for i in range(1, count + 1)
+    ]
+
+
+def test_sends_the_official_encoding(receiver):
+    exporter = OTLPSpanExporter(endpoint=receiver.endpoint, timeout=10)
+    assert exporter.fast_encoding
+    first, second = spans(20), spans(7)
+    assert exporter.export(first) is SpanExportResult.SUCCESS
+    assert exporter.export(second) is SpanExportResult.SUCCESS
+    exporter.shutdown()
+    expected = [official_encode_spans(batch).SerializePartialToString() for batch in (first, second)]
+    assert receiver.bodies == expected
+
+
+def test_a_refusal_is_a_failed_export():
+    refusing = Receiver(status=400)  # not retryable: one request
+    try:
+        exporter = OTLPSpanExporter(endpoint=refusing.endpoint, timeout=10)
+        assert exporter.export(spans(3)) is SpanExportResult.FAILURE
+        assert len(refusing.bodies) == 1
+        exporter.shutdown()
+    finally:
+        refusing.close()
+
+
+def test_a_batch_over_the_size_limit_is_dropped_unsent(receiver, caplog):
+    batch = spans(10)
+    size = len(official_encode_spans(batch).SerializePartialToString())
+    exporter = OTLPSpanExporter(endpoint=receiver.endpoint, timeout=10, max_request_size=size - 1)
+    with caplog.at_level(logging.WARNING):
+        assert exporter.export(batch) is SpanExportResult.FAILURE
+    assert receiver.bodies == []
+    assert f"serialized size {size} bytes exceeds max_request_size {size - 1}" in caplog.text
+    exporter.shutdown()
+
+
+def test_after_shutdown_nothing_is_sent(receiver):
+    exporter = OTLPSpanExporter(endpoint=receiver.endpoint, timeout=10)
+    exporter.shutdown()
+    assert exporter.export(spans(2)) is SpanExportResult.FAILURE
+    assert receiver.bodies == []
+
+
+def test_another_layout_falls_back_to_the_official_encoder(receiver, monkeypatch, caplog):
+    """Without the 1.45 internals: one warning at construction, then the official export."""
+    monkeypatch.setattr(_exporter, "_is_request_too_large", None)
+    official_calls = []
+    monkeypatch.setattr(OfficialExporter, "export", lambda self, batch: official_calls.append(len(batch)) or SpanExportResult.SUCCESS)
+    with caplog.at_level(logging.WARNING):
+        exporter = OTLPSpanExporter(endpoint=receiver.endpoint, timeout=10)
+    assert not exporter.fast_encoding
+    assert "encoded by the official (slower) encoder" in caplog.text
+    assert exporter.export(spans(4)) is SpanExportResult.SUCCESS
+    assert official_calls == [4]
+    exporter.shutdown()
+
+
+def test_the_sdk_configuration_finds_it_by_name():
+    """OTEL_TRACES_EXPORTER=brickscope_otlp resolves to this exporter."""
+    trace_exporters, _, _ = _import_exporters(["brickscope_otlp"], [], [])
+    assert trace_exporters == {"brickscope_otlp": OTLPSpanExporter}
