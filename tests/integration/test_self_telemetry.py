@@ -34,11 +34,16 @@ def decode(steps: int) -> None:
 
 
 class TestExportBytes:
+    @pytest.mark.parametrize("exporter_class", ["official", "brickscope"])
     @pytest.mark.parametrize("compression", [None, "gzip"])
-    def test_otlp_http_bytes_are_the_request_bodies_the_receiver_got(self, http_receiver, compression):
+    def test_otlp_http_bytes_are_the_request_bodies_the_receiver_got(self, http_receiver, compression, exporter_class):
         from opentelemetry.exporter.otlp.proto.http import Compression
 
-        exporter = OTLPSpanExporter(
+        if exporter_class == "brickscope":  # the official exporter with brickscope's encoder
+            exporter_type = pytest.importorskip("brickscope.exporter.otlp").OTLPSpanExporter
+        else:
+            exporter_type = OTLPSpanExporter
+        exporter = exporter_type(
             endpoint=f"{http_receiver.endpoint}/v1/traces",
             compression=Compression.Gzip if compression else Compression.NoCompression,
         )
