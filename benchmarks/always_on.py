@@ -15,7 +15,10 @@ by thread in ``cpu_pct_of_core_by_thread``. Rounds interleave the baseline and e
 case; the figure is the median round (``--rounds``, every round listed). Spans and
 metrics (``--metric-export-interval-millis``, 1 s by default: 60x the SDK's default,
 the harsh case) go by OTLP/HTTP to a receiver on 127.0.0.1 in a separate process
-(its CPU is not counted). Cases: ``metrics_only`` (the OTel sampler keeps no trace;
+(its CPU is not counted). Spans go through brickscope-exporter-otlp's ``OTLPSpanExporter``
+(the official OTLP/HTTP exporter with brickscope's encoder, what docs/deploy.md recommends);
+``cpu_pct_of_core_official_otlp_exporter`` gives the span-exporting cases again with the
+official exporter, measured in the same rounds. Cases: ``metrics_only`` (the OTel sampler keeps no trace;
 every brick still in the metrics), ``metrics_only_histogram_all`` (the same with
 ``duration_histogram="all"``: one OTel SDK ``Histogram.record`` per brick, the
 distribution's cost), ``sampled_1_in_100`` (``step_sampling="every=100"``; windows of
@@ -61,6 +64,9 @@ NAMES = (
     "attention_output", "output_projection", "ffn_gate", "ffn_up", "ffn_down",
 )  # fmt: skip
 CASES = ("metrics_only", "metrics_only_histogram_all", "sampled_1_in_100", "full")
+#: The cases measured a second time with the official OTLP span exporter.
+OFFICIAL_EXPORTER_CASES = ("sampled_1_in_100", "full")
+OFFICIAL = "_official_exporter"  # the suffix of their labels
 KERNEL_US = (3, 5, 10, 20, 50)
 
 # A loopback OTLP/HTTP receiver in its own process: reads each request, answers 200
@@ -205,9 +211,10 @@ def flush_apart(session: Any, meters: Any) -> float:
 WARMUP_TOKENS = 50
 
 
-def cpu_case(case: str, endpoint: str, seconds: float, export_interval_millis: int) -> dict[str, Any]:
-    """CPU of one paced window of ``case``: every thread of the process from the window's
-    first token until the export pipelines have flushed what it produced.
+def cpu_case(label: str, endpoint: str, seconds: float, export_interval_millis: int) -> dict[str, Any]:
+    """CPU of one paced window of a case (``label``: the case, with the ``OFFICIAL`` suffix
+    for the official span exporter): every thread of the process from the window's first
+    token until the export pipelines have flushed what it produced.
 
     Set-up, warm-up and shutdown are outside the window (a server pays them once): the
     window holds the steady state, and ends with a flush of spans and metrics so every
@@ -215,7 +222,7 @@ def cpu_case(case: str, endpoint: str, seconds: float, export_interval_millis: i
     warm-up, so a window of ``2 * k`` seconds holds exactly ``k`` steps sampled 1 in 100.
     """
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as OfficialSpanExporter
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.trace import TracerProvider
@@ -223,7 +230,10 @@ def cpu_case(case: str, endpoint: str, seconds: float, export_interval_millis: i
     from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 
     import brickscope as bs
+    from brickscope.exporter.otlp import OTLPSpanExporter
 
+    case = label.removesuffix(OFFICIAL)
+    span_exporter = OfficialSpanExporter if label.endswith(OFFICIAL) else OTLPSpanExporter
     gc_clock = GcClock()
     if case == "baseline":
         paced_tokens(None, WARMUP_TOKENS * LAYERS * BRICKS / BRICKS_PER_S, 0)
@@ -232,7 +242,7 @@ def cpu_case(case: str, endpoint: str, seconds: float, export_interval_millis: i
         return {"cpu_s": ThreadClocks().since(before), "bricks": bricks}
     cpu0 = time.process_time()
     provider = TracerProvider(sampler=ALWAYS_OFF if case.startswith("metrics_only") else ALWAYS_ON)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")))
+    provider.add_span_processor(BatchSpanProcessor(span_exporter(endpoint=f"{endpoint}/v1/traces")))
     reader = PeriodicExportingMetricReader(
         OTLPMetricExporter(endpoint=f"{endpoint}/v1/metrics"), export_interval_millis=export_interval_millis
     )
@@ -287,39 +297,43 @@ def cpu_case(case: str, endpoint: str, seconds: float, export_interval_millis: i
 def measure_cpu(seconds: float, rounds: int, export_interval_millis: int = 1000) -> dict[str, Any]:
     """Rounds of [baseline, each case], interleaved; per case the median round (and every
     round), in percent of one core at 16,000 bricks/s, with its CPU split by thread."""
-    results: dict[str, list[float]] = {case: [] for case in CASES}
-    by_thread: dict[str, list[dict[str, float]]] = {case: [] for case in CASES}
-    details: dict[str, list[dict[str, Any]]] = {case: [] for case in CASES}
+    labels = [*CASES, *(case + OFFICIAL for case in OFFICIAL_EXPORTER_CASES)]
+    results: dict[str, list[float]] = {label: [] for label in labels}
+    by_thread: dict[str, list[dict[str, float]]] = {label: [] for label in labels}
+    details: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
     reported = 0
     with Receiver() as receiver:
         for _ in range(rounds):
             base = cpu_case("baseline", receiver.endpoint, seconds, export_interval_millis)
             base_s_per_brick = sum(base["cpu_s"].values()) / base["bricks"]
-            for case in CASES:
-                run = cpu_case(case, receiver.endpoint, seconds, export_interval_millis)
+            for label in labels:
+                run = cpu_case(label, receiver.endpoint, seconds, export_interval_millis)
                 per_brick = {role: cpu / run["bricks"] for role, cpu in run["cpu_s"].items()}
                 per_brick["application"] = per_brick.get("application", 0.0) - base_s_per_brick
                 extra_s_per_brick = sum(per_brick.values())
-                results[case].append(100 * extra_s_per_brick * BRICKS_PER_S)
-                by_thread[case].append({role: 100 * v * BRICKS_PER_S for role, v in per_brick.items()})
+                results[label].append(100 * extra_s_per_brick * BRICKS_PER_S)
+                by_thread[label].append({role: 100 * v * BRICKS_PER_S for role, v in per_brick.items()})
                 detail = {k: v for k, v in run.items() if k != "cpu_s"}
                 detail["cpu_ns_per_brick_measured"] = round(extra_s_per_brick * 1e9)
                 detail["baseline_cpu_ns_per_brick"] = round(base_s_per_brick * 1e9)
-                details[case].append(detail)
+                details[label].append(detail)
                 reported += run["export_bytes_reported"]
-    medians = {case: statistics.median(values) for case, values in results.items()}
+    medians = {label: statistics.median(values) for label, values in results.items()}
     median_round = {
-        case: min(range(rounds), key=lambda i, case=case: abs(results[case][i] - medians[case])) for case in CASES
+        label: min(range(rounds), key=lambda i, label=label: abs(results[label][i] - medians[label])) for label in labels
     }
     return {
-        "cpu_pct_of_core": {case: round(value, 2) for case, value in medians.items()},
-        "cpu_pct_of_core_statistic": f"median of {rounds} rounds of {seconds:g} s (baseline subtracted per round)",
-        "cpu_pct_of_core_all_rounds": {case: [round(v, 2) for v in values] for case, values in results.items()},
-        "cpu_pct_of_core_by_thread": {
-            case: {role: round(statistics.median(r.get(role, 0.0) for r in rounds_), 3) for role in _roles(rounds_)}
-            for case, rounds_ in by_thread.items()
+        "cpu_pct_of_core": {case: round(medians[case], 2) for case in CASES},
+        "cpu_pct_of_core_official_otlp_exporter": {
+            case: round(medians[case + OFFICIAL], 2) for case in OFFICIAL_EXPORTER_CASES
         },
-        "cpu_details": {case: details[case][median_round[case]] for case in CASES},
+        "cpu_pct_of_core_statistic": f"median of {rounds} rounds of {seconds:g} s (baseline subtracted per round)",
+        "cpu_pct_of_core_all_rounds": {label: [round(v, 2) for v in values] for label, values in results.items()},
+        "cpu_pct_of_core_by_thread": {
+            label: {role: round(statistics.median(r.get(role, 0.0) for r in rounds_), 3) for role in _roles(rounds_)}
+            for label, rounds_ in by_thread.items()
+        },
+        "cpu_details": {label: details[label][median_round[label]] for label in labels},
         # brickscope.export.bytes over every case and round against the receiver's count
         "export_bytes_received": receiver.bytes_received,
         "span_export_bytes_received": receiver.trace_bytes_received,
@@ -385,10 +399,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"CPU of brickscope + OTLP export at {BRICKS_PER_S} bricks/s, % of one core")
     print(f"({results['cpu_pct_of_core_statistic']}; every round in brackets):")
-    for case, pct in results["cpu_pct_of_core"].items():
-        rounds = ", ".join(f"{v:.2f}" for v in results["cpu_pct_of_core_all_rounds"][case])
-        threads = ", ".join(f"{role} {v:.2f}" for role, v in results["cpu_pct_of_core_by_thread"][case].items())
-        print(f"  {case:<27} {pct:7.2f} %  [{rounds}]  ({threads})")
+    official = {case + OFFICIAL: pct for case, pct in results["cpu_pct_of_core_official_otlp_exporter"].items()}
+    for label, pct in {**results["cpu_pct_of_core"], **official}.items():
+        rounds = ", ".join(f"{v:.2f}" for v in results["cpu_pct_of_core_all_rounds"][label])
+        threads = ", ".join(f"{role} {v:.2f}" for role, v in results["cpu_pct_of_core_by_thread"][label].items())
+        print(f"  {label:<35} {pct:7.2f} %  [{rounds}]  ({threads})")
     if "launch_bound_overhead_pct" not in results:
         return 0
     print("deferred overhead in a launch-bound loop (1 brick per kernel), % of the step:")
