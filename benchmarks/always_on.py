@@ -15,7 +15,7 @@ by thread in ``cpu_pct_of_core_by_thread``. Rounds interleave the baseline and e
 case; the figure is the median round (``--rounds``, every round listed). Spans and
 metrics (``--metric-export-interval-millis``, 1 s by default: 60x the SDK's default,
 the harsh case) go by OTLP/HTTP to a receiver on 127.0.0.1 in a separate process
-(its CPU is not counted). Spans go through brickscope-exporter-otlp's ``OTLPSpanExporter``
+(its CPU is not counted). Spans go through brickscope-exporter-otlp's ``OTLPHttpSpanExporter``
 (the official OTLP/HTTP exporter with brickscope's encoder, what docs/deploy.md recommends);
 ``cpu_pct_of_core_official_otlp_exporter`` gives the span-exporting cases again with the
 official exporter, measured in the same rounds. Cases: ``metrics_only`` (the OTel sampler keeps no trace;
@@ -233,10 +233,10 @@ def cpu_case(label: str, endpoint: str, seconds: float, export_interval_millis: 
     from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 
     import brickscope as bs
-    from brickscope.exporter.otlp import OTLPSpanExporter
+    from brickscope.exporter.otlp import OTLPHttpSpanExporter
 
     case = label.removesuffix(OFFICIAL)
-    span_exporter = OfficialSpanExporter if label.endswith(OFFICIAL) else OTLPSpanExporter
+    span_exporter = OfficialSpanExporter if label.endswith(OFFICIAL) else OTLPHttpSpanExporter
     gc_clock = GcClock()
     if case == "baseline":
         paced_tokens(None, WARMUP_TOKENS * LAYERS * BRICKS / BRICKS_PER_S, 0)

@@ -10,17 +10,25 @@ case encodes every batch into request bytes (the official: ``encode_spans(batch)
 time a span (the least disturbed on a shared VM, taken alike for both). The two encoders'
 bytes are compared first: the benchmark refuses to time different outputs.
 
+``export`` times what the batch processor's thread spends in ``export()`` (encoding plus
+the transport's share on that thread) for brickscope's spans, the official exporters
+against brickscope-exporter-otlp's, over OTLP/HTTP and OTLP/gRPC to a receiver on
+127.0.0.1 in a process of its own (its CPU is not counted): thread CPU a span, best of
+``--repeats``.
+
 Usage::
 
     python benchmarks/otlp_encode.py            # a table
-    python benchmarks/otlp_encode.py --json     # one JSON object: us a span, and the ratio
+    python benchmarks/otlp_encode.py --json     # one JSON object: us a span, and the ratios
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
+import textwrap
 import time
 from typing import Any, Callable
 
@@ -32,6 +40,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Status, StatusCode
 
 import brickscope as bs
+from always_on import Receiver as HttpReceiver
 from brickscope.exporter.otlp._encode import SpanEncoder
 
 BATCH = 512  # the BatchSpanProcessor's default max_export_batch_size
@@ -76,7 +85,9 @@ def sdk_spans(count: int) -> list[ReadableSpan]:
     return list(exporter.get_finished_spans())
 
 
-def cpu_us_per_span(encode: Callable[[list[ReadableSpan]], bytes], batches: list[list[ReadableSpan]], repeats: int) -> float:
+def cpu_us_per_span(
+    encode: Callable[[list[ReadableSpan]], bytes], batches: list[list[ReadableSpan]], repeats: int
+) -> float:
     spans = sum(len(batch) for batch in batches)
     best = float("inf")
     for _ in range(repeats):
@@ -108,6 +119,82 @@ def measure(spans: list[ReadableSpan], repeats: int) -> dict[str, Any]:
     }
 
 
+# A loopback OTLP/gRPC TraceService in its own process: takes each request's bytes, answers
+# an empty response.
+GRPC_RECEIVER = textwrap.dedent(
+    """
+    import sys
+    from concurrent import futures
+    import grpc
+    def export(request, context):
+        return b""
+    handler = grpc.method_handlers_generic_handler(
+        "opentelemetry.proto.collector.trace.v1.TraceService", {"Export": grpc.unary_unary_rpc_method_handler(export)}
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=[handler])
+    print(server.add_insecure_port("127.0.0.1:0"), flush=True)
+    server.start()
+    sys.stdin.read()
+    server.stop(None)
+    """
+)
+
+
+class GrpcReceiver:
+    def __enter__(self) -> GrpcReceiver:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", GRPC_RECEIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        self.endpoint = f"127.0.0.1:{int(self.process.stdout.readline())}"
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.process.communicate(timeout=30)
+
+
+def export_cpu_us_per_span(exporter: Any, batches: list[list[ReadableSpan]], repeats: int) -> float:
+    """Thread CPU a span of ``exporter.export`` over every batch, best of ``repeats``."""
+    spans = sum(len(batch) for batch in batches)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.thread_time()
+        for batch in batches:
+            if exporter.export(batch).name != "SUCCESS":
+                raise SystemExit(f"{type(exporter).__module__}: export failed")
+        best = min(best, time.thread_time() - start)
+    exporter.shutdown()
+    return best / spans * 1e6
+
+
+def measure_export(spans: list[ReadableSpan], repeats: int) -> dict[str, Any]:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as OfficialGrpc
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as OfficialHttp
+
+    from brickscope.exporter.otlp import OTLPGrpcSpanExporter, OTLPHttpSpanExporter
+
+    batches = [spans[i : i + BATCH] for i in range(0, len(spans), BATCH)]
+    results: dict[str, Any] = {}
+    with HttpReceiver() as http:
+        url = f"{http.endpoint}/v1/traces"
+        theirs = export_cpu_us_per_span(OfficialHttp(endpoint=url), batches, repeats)
+        ours = export_cpu_us_per_span(OTLPHttpSpanExporter(endpoint=url), batches, repeats)
+        results["http"] = {
+            "official_us_per_span": round(theirs, 2),
+            "brickscope_us_per_span": round(ours, 2),
+            "speedup": round(theirs / ours, 2),
+        }
+    with GrpcReceiver() as grpc_receiver:
+        endpoint = grpc_receiver.endpoint
+        theirs = export_cpu_us_per_span(OfficialGrpc(endpoint=endpoint, insecure=True), batches, repeats)
+        ours = export_cpu_us_per_span(OTLPGrpcSpanExporter(endpoint=endpoint, insecure=True), batches, repeats)
+        results["grpc"] = {
+            "official_us_per_span": round(theirs, 2),
+            "brickscope_us_per_span": round(ours, 2),
+            "speedup": round(theirs / ours, 2),
+        }
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6, help="decode steps of brickscope spans (353 spans each)")
@@ -118,17 +205,24 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "brickscope_spans": measure(spans, args.repeats),
         "sdk_request_spans": measure(sdk_spans(len(spans)), args.repeats),
+        "export": measure_export(spans, args.repeats),
     }
     if args.json:
         print(json.dumps(results))
         return 0
     print(f"OTLP encoding, CPU a span (best of {args.repeats}; batches of {BATCH}):")
-    for case, r in results.items():
-        print(
-            f"  {case:<20} official {r['official_us_per_span']:6.2f} us   brickscope {r['brickscope_us_per_span']:6.2f} us"
-            f"   x{r['speedup']:.2f}   ({r['spans']} spans, {r['bytes_per_span']} B each)"
-        )
+    for case in ("brickscope_spans", "sdk_request_spans"):
+        r = results[case]
+        print(_row(case, r) + f"   ({r['spans']} spans, {r['bytes_per_span']} B each)")
+    print("export() of brickscope's spans to a loopback receiver, the exporting thread's CPU a span:")
+    for protocol, r in results["export"].items():
+        print(_row(protocol, r))
     return 0
+
+
+def _row(label: str, r: dict[str, Any]) -> str:
+    official, ours = r["official_us_per_span"], r["brickscope_us_per_span"]
+    return f"  {label:<20} official {official:6.2f} us   brickscope {ours:6.2f} us   x{r['speedup']:.2f}"
 
 
 if __name__ == "__main__":

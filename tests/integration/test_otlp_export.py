@@ -39,14 +39,15 @@ def by_kind(spans: list[ReceivedSpan], kind: str) -> list[ReceivedSpan]:
     return [s for s in spans if s.attributes.get(A.SCOPE_KIND) == kind]
 
 
-@pytest.fixture(params=["grpc", "http/protobuf", "brickscope_otlp"])
+@pytest.fixture(params=["grpc", "http/protobuf", "brickscope_otlp:grpc", "brickscope_otlp:http/protobuf"])
 def exported(request: pytest.FixtureRequest, app: Any) -> tuple[Any, list[ReceivedSpan], Any]:
     """The app run once against the gRPC or the HTTP receiver: (result, spans, receiver).
-    ``brickscope_otlp``: OTLP/HTTP spans through brickscope-exporter-otlp's encoder."""
-    receiver = request.getfixturevalue("grpc_receiver" if request.param == "grpc" else "http_receiver")
-    protocol, env = request.param, {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}
-    if request.param == "brickscope_otlp":
-        protocol, env["OTEL_TRACES_EXPORTER"] = "http/protobuf", "brickscope_otlp"
+    ``brickscope_otlp:<protocol>``: spans through brickscope-exporter-otlp's encoder."""
+    exporter, _, protocol = request.param.rpartition(":")
+    receiver = request.getfixturevalue("grpc_receiver" if protocol == "grpc" else "http_receiver")
+    env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}
+    if exporter:
+        env["OTEL_TRACES_EXPORTER"] = exporter
     result, spans = run_and_collect(app, receiver, protocol, **env)
     return result, spans, receiver
 

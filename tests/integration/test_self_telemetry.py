@@ -40,7 +40,7 @@ class TestExportBytes:
         from opentelemetry.exporter.otlp.proto.http import Compression
 
         if exporter_class == "brickscope":  # the official exporter with brickscope's encoder
-            exporter_type = pytest.importorskip("brickscope.exporter.otlp").OTLPSpanExporter
+            exporter_type = pytest.importorskip("brickscope.exporter.otlp").OTLPHttpSpanExporter
         else:
             exporter_type = OTLPSpanExporter
         exporter = exporter_type(

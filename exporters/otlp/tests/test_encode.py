@@ -32,7 +32,9 @@ def official(spans: list[ReadableSpan]) -> bytes:
     return official_encode_spans(spans).SerializePartialToString()
 
 
-def context(span_id: int, trace_id: int = TRACE_ID, remote: bool = False, state: TraceState | None = None) -> SpanContext:
+def context(
+    span_id: int, trace_id: int = TRACE_ID, remote: bool = False, state: TraceState | None = None
+) -> SpanContext:
     return SpanContext(trace_id, span_id, is_remote=remote, trace_flags=TraceFlags(1), trace_state=state)
 
 
@@ -84,12 +86,13 @@ class TestSameBytesAsTheOfficialEncoder:
 
     @pytest.mark.parametrize(
         "fields",
-        [
-            pytest.param({"kind": kind}, id=f"kind-{kind.name}") for kind in SpanKind
-        ] + [
+        [pytest.param({"kind": kind}, id=f"kind-{kind.name}") for kind in SpanKind]
+        + [
             pytest.param({"parent": context(99)}, id="local-parent"),
             pytest.param({"parent": context(99, remote=True)}, id="remote-parent"),
-            pytest.param({"context": context(5, state=TraceState([("vendor", "a1"), ("other", "b=2")]))}, id="trace-state"),
+            pytest.param(
+                {"context": context(5, state=TraceState([("vendor", "a1"), ("other", "b=2")]))}, id="trace-state"
+            ),
             pytest.param({"status": Status(StatusCode.ERROR, "kernel failed")}, id="error-status"),
             pytest.param({"status": Status(StatusCode.OK)}, id="ok-status"),
             pytest.param({"name": ""}, id="empty-name"),
@@ -97,7 +100,12 @@ class TestSameBytesAsTheOfficialEncoder:
             pytest.param({"start_time": None, "end_time": None}, id="no-times"),
             pytest.param({"start_time": 0, "end_time": 0}, id="zero-times"),
             pytest.param(
-                {"events": [Event("retry", {"attempt": 2, "ok": False}, timestamp=1_700_000_000_000_000_500), Event("", {}, timestamp=0)]},
+                {
+                    "events": [
+                        Event("retry", {"attempt": 2, "ok": False}, timestamp=1_700_000_000_000_000_500),
+                        Event("", {}, timestamp=0),
+                    ]
+                },
                 id="events",
             ),
             pytest.param(
@@ -109,7 +117,10 @@ class TestSameBytesAsTheOfficialEncoder:
                 },
                 id="links",
             ),
-            pytest.param({"resource": Resource({"service.name": "x"}, schema_url="https://opentelemetry.io/schemas/1.21.0")}, id="resource-schema-url"),
+            pytest.param(
+                {"resource": Resource({"service.name": "x"}, schema_url="https://opentelemetry.io/schemas/1.21.0")},
+                id="resource-schema-url",
+            ),
             pytest.param(
                 {"instrumentation_scope": InstrumentationScope("lib", None, "https://s/1", {"scope.attr": [1, 2]})},
                 id="scope-with-schema-and-attributes",
@@ -145,7 +156,9 @@ class TestSameBytesAsTheOfficialEncoder:
         ]
         assert encode_spans(spans) == official(spans)
 
-    @pytest.mark.parametrize("value", [2**63, -(2**63) - 1, object(), [1, object()]], ids=["above", "below", "object", "nested"])
+    @pytest.mark.parametrize(
+        "value", [2**63, -(2**63) - 1, object(), [1, object()]], ids=["above", "below", "object", "nested"]
+    )
     def test_what_the_official_encoder_cannot_encode_is_left_out_and_logged(self, value, caplog):
         spans = [span(1, attributes={"before": 1, "bad": value, "after": 2})]
         with caplog.at_level(logging.ERROR):
@@ -185,7 +198,10 @@ class TestCaches:
         monkeypatch.setattr(_encode, "CACHE_LIMIT", 8)
         encoder = SpanEncoder()
         for batch in range(5):
-            spans = [span(i, name=f"op{i % 13}", attributes={"request.id": f"r{batch}-{i}", "n": i % 50}) for i in range(1, 40)]
+            spans = [
+                span(i, name=f"op{i % 13}", attributes={"request.id": f"r{batch}-{i}", "n": i % 50})
+                for i in range(1, 40)
+            ]
             assert encoder.encode(spans) == official(spans)
             caches = encoder._caches  # noqa: SLF001 - the bound is the behaviour under test
             assert max(len(caches.strings), len(caches.ints), len(caches.names), len(caches.keys)) <= 8
@@ -218,7 +234,11 @@ def spans_strategy(draw: st.DrawFn) -> list[ReadableSpan]:
         attributes = draw(st.dictionaries(st.text(max_size=6), attribute_values(), max_size=6))
         parent = draw(st.sampled_from([None, context(1000), context(1001, remote=True)]))
         events = [
-            Event(draw(st.text(max_size=5)), draw(st.dictionaries(st.text(max_size=4), attribute_values(), max_size=3)), timestamp=draw(st.integers(0, 2**64 - 1)))
+            Event(
+                draw(st.text(max_size=5)),
+                draw(st.dictionaries(st.text(max_size=4), attribute_values(), max_size=3)),
+                timestamp=draw(st.integers(0, 2**64 - 1)),
+            )
             for _ in range(draw(st.integers(0, 2)))
         ]
         out.append(
@@ -229,7 +249,9 @@ def spans_strategy(draw: st.DrawFn) -> list[ReadableSpan]:
                 parent=parent,
                 attributes=attributes,
                 events=events,
-                status=draw(st.sampled_from([Status(StatusCode.UNSET), Status(StatusCode.ERROR, "x"), Status(StatusCode.OK)])),
+                status=draw(
+                    st.sampled_from([Status(StatusCode.UNSET), Status(StatusCode.ERROR, "x"), Status(StatusCode.OK)])
+                ),
                 resource=draw(st.sampled_from(resources)),
                 instrumentation_scope=draw(st.sampled_from(scopes)),
                 start_time=draw(st.integers(0, 2**64 - 1)),

@@ -169,7 +169,9 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None, caches: _Cache
             if encoded is None:
                 if len(cache) >= CACHE_LIMIT:
                     cache.clear()
-                encoded = cache[key, value] = _length_prefixed(_key_field(key, caches) + _field(0x12, _any_value(value)))
+                encoded = cache[key, value] = _length_prefixed(
+                    _key_field(key, caches) + _field(0x12, _any_value(value))
+                )
             fields.append(tag + encoded)
         except Exception as error:  # noqa: BLE001 - the official encoder's behaviour
             logger.exception("Failed to encode key %s: %s", key, error)
@@ -287,8 +289,9 @@ def _scope(scope: Any, caches: _Caches) -> bytes:
 class SpanEncoder:
     """Encodes batches of spans; keeps the caches of what repeats between batches.
 
-    Not thread-safe: one per exporter (an exporter's ``export`` is called by one batch
-    processor thread at a time).
+    Safe to share between threads (a ``SimpleSpanProcessor`` exports from whichever thread
+    ends a span): every cache entry is a function of its key alone, and a race between
+    two threads costs at most an entry encoded twice or a cache emptied early.
     """
 
     def __init__(self) -> None:

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The exporter sends the official encoding's bytes through the official exporter's transport."""
+"""The HTTP exporter sends the official encoding's bytes through the official exporter's transport."""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from typing import Any
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as official_encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as OfficialExporter
-from opentelemetry.sdk._configuration import _import_exporters
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from brickscope.exporter.otlp import OTLPSpanExporter, _exporter
+from brickscope.exporter.otlp import OTLPHttpSpanExporter, _http
 
 
 class Receiver:
@@ -63,7 +62,11 @@ def spans(count: int = 20) -> list[ReadableSpan]:
             name=f"brick{i % 4}",
             context=SpanContext(0xABC, i, is_remote=False, trace_flags=TraceFlags(1)),
             parent=SpanContext(0xABC, 1000, is_remote=False),
-            attributes={"brickscope.scope.kind": "brick", "brickscope.layer.index": i % 3, "thread.id": 140447922391936},
+            attributes={
+                "brickscope.scope.kind": "brick",
+                "brickscope.layer.index": i % 3,
+                "thread.id": 140447922391936,
+            },
             resource=resource,
             start_time=1_700_000_000_000_000_000 + i,
             end_time=1_700_000_000_000_000_900 + i,
@@ -73,7 +76,7 @@ def spans(count: int = 20) -> list[ReadableSpan]:
 
 
 def test_sends_the_official_encoding(receiver):
-    exporter = OTLPSpanExporter(endpoint=receiver.endpoint, timeout=10)
+    exporter = OTLPHttpSpanExporter(endpoint=receiver.endpoint, timeout=10)
     assert exporter.fast_encoding
     first, second = spans(20), spans(7)
     assert exporter.export(first) is SpanExportResult.SUCCESS
@@ -86,7 +89,7 @@ def test_sends_the_official_encoding(receiver):
 def test_a_refusal_is_a_failed_export():
     refusing = Receiver(status=400)  # not retryable: one request
     try:
-        exporter = OTLPSpanExporter(endpoint=refusing.endpoint, timeout=10)
+        exporter = OTLPHttpSpanExporter(endpoint=refusing.endpoint, timeout=10)
         assert exporter.export(spans(3)) is SpanExportResult.FAILURE
         assert len(refusing.bodies) == 1
         exporter.shutdown()
@@ -97,7 +100,7 @@ def test_a_refusal_is_a_failed_export():
 def test_a_batch_over_the_size_limit_is_dropped_unsent(receiver, caplog):
     batch = spans(10)
     size = len(official_encode_spans(batch).SerializePartialToString())
-    exporter = OTLPSpanExporter(endpoint=receiver.endpoint, timeout=10, max_request_size=size - 1)
+    exporter = OTLPHttpSpanExporter(endpoint=receiver.endpoint, timeout=10, max_request_size=size - 1)
     with caplog.at_level(logging.WARNING):
         assert exporter.export(batch) is SpanExportResult.FAILURE
     assert receiver.bodies == []
@@ -106,7 +109,7 @@ def test_a_batch_over_the_size_limit_is_dropped_unsent(receiver, caplog):
 
 
 def test_after_shutdown_nothing_is_sent(receiver):
-    exporter = OTLPSpanExporter(endpoint=receiver.endpoint, timeout=10)
+    exporter = OTLPHttpSpanExporter(endpoint=receiver.endpoint, timeout=10)
     exporter.shutdown()
     assert exporter.export(spans(2)) is SpanExportResult.FAILURE
     assert receiver.bodies == []
@@ -114,19 +117,15 @@ def test_after_shutdown_nothing_is_sent(receiver):
 
 def test_another_layout_falls_back_to_the_official_encoder(receiver, monkeypatch, caplog):
     """Without the 1.45 internals: one warning at construction, then the official export."""
-    monkeypatch.setattr(_exporter, "_is_request_too_large", None)
+    monkeypatch.setattr(_http, "_is_request_too_large", None)
     official_calls = []
-    monkeypatch.setattr(OfficialExporter, "export", lambda self, batch: official_calls.append(len(batch)) or SpanExportResult.SUCCESS)
+    monkeypatch.setattr(
+        OfficialExporter, "export", lambda self, batch: official_calls.append(len(batch)) or SpanExportResult.SUCCESS
+    )
     with caplog.at_level(logging.WARNING):
-        exporter = OTLPSpanExporter(endpoint=receiver.endpoint, timeout=10)
+        exporter = OTLPHttpSpanExporter(endpoint=receiver.endpoint, timeout=10)
     assert not exporter.fast_encoding
     assert "encoded by the official (slower) encoder" in caplog.text
     assert exporter.export(spans(4)) is SpanExportResult.SUCCESS
     assert official_calls == [4]
     exporter.shutdown()
-
-
-def test_the_sdk_configuration_finds_it_by_name():
-    """OTEL_TRACES_EXPORTER=brickscope_otlp resolves to this exporter."""
-    trace_exporters, _, _ = _import_exporters(["brickscope_otlp"], [], [])
-    assert trace_exporters == {"brickscope_otlp": OTLPSpanExporter}

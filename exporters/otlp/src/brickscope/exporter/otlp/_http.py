@@ -31,7 +31,7 @@ except ImportError:  # another layout: the official encoding is used (_has_offic
 logger = logging.getLogger(__name__)
 
 
-class OTLPSpanExporter(_OfficialOTLPSpanExporter):
+class OTLPHttpSpanExporter(_OfficialOTLPSpanExporter):
     """OTLP/HTTP protobuf span exporter: the official one, encoding ~4x cheaper.
 
     Takes the official exporter's arguments and environment variables. Sends the same
@@ -49,7 +49,7 @@ class OTLPSpanExporter(_OfficialOTLPSpanExporter):
         self.fast_encoding = _has_official_layout(self)
         if not self.fast_encoding:
             logger.warning(
-                "brickscope OTLPSpanExporter: this opentelemetry-exporter-otlp-proto-http is laid out "
+                "brickscope OTLPHttpSpanExporter: this opentelemetry-exporter-otlp-proto-http is laid out "
                 "differently from 1.45; spans are encoded by the official (slower) encoder"
             )
 
@@ -94,4 +94,3 @@ def _has_official_layout(exporter: Any) -> bool:
         and isinstance(getattr(exporter, "_shutdown", None), bool)
         and _is_request_too_large is not None
     )
-
