@@ -208,32 +208,57 @@ static int record_clear(RecordObject *self) {
  * here instead of going back to the allocator. An object comes back cleared (every field
  * NULL: unset, as a new one), untracked by the GC, holding no reference; a type's dealloc
  * puts it here and its constructor takes it back (the way CPython's own free lists of
- * tuples and floats work). CPython 3.13 no longer exports _Py_NewReference: there every
- * object is allocated and freed. */
-#if PY_VERSION_HEX < 0x030D0000
-#define FREE_LIST_MAX 256
-#else
+ * tuples and floats work). A kept object is made live again by free_list_revive. Not kept:
+ * on a free-threaded build (per-thread reference counts), and on a debug build of 3.13+
+ * (its reference total would drift). */
+#if defined(Py_GIL_DISABLED) || (PY_VERSION_HEX >= 0x030D0000 && defined(Py_REF_DEBUG))
 #define FREE_LIST_MAX 0
+#else
+#define FREE_LIST_MAX 256
 #endif
 typedef struct {
     PyObject *items[FREE_LIST_MAX > 0 ? FREE_LIST_MAX : 1];
     int size;
 } FreeList;
 
+/* Whether objects may be kept or taken now. 3.13+: not while a reference tracer
+ * (PyRefTracer_SetTracer) watches objects: it must see a creation for each destruction. */
+static int free_list_usable(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+    void *data;
+    return PyRefTracer_GetTracer(&data) == NULL;
+#else
+    return 1;
+#endif
+}
+
 /* Keep a cleared, untracked object: 1 kept, 0 (full) the caller frees it. */
 static int free_list_keep(FreeList *list, PyObject *op) {
-    if (list->size >= FREE_LIST_MAX) return 0;
+    if (list->size >= FREE_LIST_MAX || !free_list_usable()) return 0;
     list->items[list->size++] = op;
     return 1;
 }
+
+#if FREE_LIST_MAX > 0
+/* A kept object live again, with one reference: _Py_NewReference, which CPython exports up
+ * to 3.12; from 3.13 what it does on a release build (sets the count; tracemalloc keeps the
+ * block's first allocation site). */
+static void free_list_revive(PyObject *op) {
+#if PY_VERSION_HEX < 0x030D0000
+    _Py_NewReference(op);
+#else
+    Py_SET_REFCNT(op, 1);
+#endif
+}
+#endif
 
 /* An object of a static type with every field unset and tracked by the GC, as
  * type->tp_alloc(type, 0) gives it (every object in the list is of that type). */
 static PyObject *free_list_take(FreeList *list, PyTypeObject *type) {
 #if FREE_LIST_MAX > 0
-    if (list->size > 0) {
+    if (list->size > 0 && free_list_usable()) {
         PyObject *op = list->items[--list->size];
-        _Py_NewReference(op);
+        free_list_revive(op);
         PyObject_GC_Track(op);
         return op;
     }
@@ -1945,11 +1970,12 @@ static void scope_dealloc(ScopeObject *self) {
  * tracked by the GC: cls->tp_alloc(cls, 0), or a freed scope object made one. */
 static ScopeObject *scope_new(PyTypeObject *cls) {
 #if FREE_LIST_MAX > 0
-    if (scope_free.size > 0 && cls->tp_alloc == PyType_GenericAlloc && cls->tp_weaklistoffset == 0) {
+    if (scope_free.size > 0 && cls->tp_alloc == PyType_GenericAlloc && cls->tp_weaklistoffset == 0 &&
+        free_list_usable()) {
         PyObject *op = scope_free.items[--scope_free.size];
         Py_INCREF(cls); /* an instance of a heap type holds its type, as PyType_GenericAlloc does */
         Py_SET_TYPE(op, cls);
-        _Py_NewReference(op);
+        free_list_revive(op);
         PyObject_GC_Track(op);
         return (ScopeObject *)op;
     }
