@@ -377,17 +377,52 @@ static PyObject *otel_current(void) {
 
 /* A module global read on every scope, re-read only when its module's dict changed. On
  * CPython < 3.12 a dict's version tag (a value no other dict or state of this one has) says
- * so; on later releases, where the tag is deprecated, every read is a lookup. The value is
- * borrowed: the dict holds it as long as the tag is unchanged. */
+ * so. On later releases, where the tag is deprecated, a dict watcher (PyDict_AddWatcher) on
+ * each dict read through a cache counts every change of those dicts, before it happens, in
+ * g_watched_generation: an entry is fresh while the count it was read at is current. Where
+ * no watcher can be had (an interpreter has 8), or on a free-threaded build, every read is a
+ * lookup. The value is borrowed: the dict holds it as long as the entry is fresh. */
 typedef struct {
     PyObject *dict;  /* borrowed: the dict the entry was read from (only compared) */
     uint64_t tag;
     PyObject *value; /* borrowed, or NULL: the key is missing */
 } GlobalCache;
 
+#if PY_VERSION_HEX >= 0x030C0000 && !defined(Py_GIL_DISABLED)
+#define GLOBAL_CACHE_WATCHES 1
+static int g_dict_watcher = -1; /* -1: none added yet; -2: none to be had */
+static uint64_t g_watched_generation = 1;
+
+static int on_watched_dict_change(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value) {
+    g_watched_generation++;
+    return 0;
+}
+#endif
+
+/* Watch dict for changes, so that reads from it can be cached (3.12+); a dict that cannot
+ * be watched is read afresh every time. Never fails. */
+static void global_cache_watch(PyObject *dict) {
+#ifdef GLOBAL_CACHE_WATCHES
+    if (g_dict_watcher == -1) {
+        g_dict_watcher = PyDict_AddWatcher(on_watched_dict_change);
+        if (g_dict_watcher < 0) {
+            PyErr_Clear();
+            g_dict_watcher = -2;
+        }
+    }
+    if (g_dict_watcher >= 0 && PyDict_Watch(g_dict_watcher, dict) < 0) {
+        PyErr_Clear();
+        g_dict_watcher = -2; /* a dict read unwatched: no entry can be trusted */
+    }
+    g_watched_generation++; /* entries read before the watch began are stale */
+#endif
+}
+
 static int global_cache_fresh(GlobalCache *cache, PyObject *dict) {
 #if PY_VERSION_HEX < 0x030C0000
     return cache->dict == dict && cache->tag == ((PyDictObject *)dict)->ma_version_tag;
+#elif defined(GLOBAL_CACHE_WATCHES)
+    return cache->dict == dict && cache->tag == g_watched_generation && g_dict_watcher >= 0;
 #else
     return 0;
 #endif
@@ -397,6 +432,11 @@ static void global_cache_keep(GlobalCache *cache, PyObject *dict, PyObject *valu
 #if PY_VERSION_HEX < 0x030C0000
     cache->dict = dict;
     cache->tag = ((PyDictObject *)dict)->ma_version_tag;
+    cache->value = value;
+#elif defined(GLOBAL_CACHE_WATCHES)
+    if (g_dict_watcher < 0) return;
+    cache->dict = dict;
+    cache->tag = g_watched_generation;
     cache->value = value;
 #endif
 }
@@ -2436,6 +2476,7 @@ static PyObject *init_recorder(PyObject *module, PyObject *args) {
     set_global(&g_otel_var, otel_var == Py_None ? NULL : otel_var);
     set_global(&g_otel_current, otel_current);
     set_global(&g_clock_dict, clock_dict);
+    global_cache_watch(clock_dict);
     set_global(&g_perf_counter_ns, perf_counter_ns);
     g_clock_is_monotonic = monotonic;
     set_global(&g_release_context, release_context);
@@ -2453,6 +2494,7 @@ static PyObject *init_scopes(PyObject *module, PyObject *args) {
     set_global(&g_enter_scope_py, enter_py);
     set_global(&g_exit_scope_py, exit_py);
     set_global(&g_state_dict, state_dict);
+    global_cache_watch(state_dict);
     set_global(&g_enter_failed, enter_failed);
     set_global(&g_exit_failed, exit_failed);
     set_global(&g_exit_out_of_order, exit_ooo);
