@@ -12,10 +12,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as official_encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as OfficialExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
-from opentelemetry.trace import SpanContext, TraceFlags
 
 from brickscope.exporter.otlp import OTLPGrpcSpanExporter
 from brickscope.exporter.otlp._grpc import _EncodedTraceServiceStub
@@ -53,59 +50,43 @@ def receiver() -> Iterator[Receiver]:
     served.close()
 
 
-def spans(count: int) -> list[ReadableSpan]:
-    resource = Resource({"service.name": "decoder"})
-    return [
-        ReadableSpan(
-            name=f"brick{i % 4}",
-            context=SpanContext(0xABC, i, is_remote=False, trace_flags=TraceFlags(1)),
-            parent=SpanContext(0xABC, 1000, is_remote=True),
-            attributes={"brickscope.scope.kind": "brick", "brickscope.step.number": i, "app.ok": i % 2 == 0},
-            resource=resource,
-            start_time=1_700_000_000_000_000_000 + i,
-            end_time=1_700_000_000_000_000_900 + i,
-        )
-        for i in range(1, count + 1)
-    ]
-
-
 def exporter_to(endpoint: str) -> OTLPGrpcSpanExporter:
     return OTLPGrpcSpanExporter(endpoint=endpoint, insecure=True, timeout=10)
 
 
-def test_sends_the_official_encoding(receiver):
+def test_sends_the_official_encoding(receiver, make_spans):
     exporter = exporter_to(receiver.endpoint)
     assert exporter.fast_encoding
-    first, second = spans(20), spans(3)
+    first, second = make_spans(20), make_spans(3)
     assert exporter.export(first) is SpanExportResult.SUCCESS
     assert exporter.export(second) is SpanExportResult.SUCCESS
     exporter.shutdown()
     assert receiver.requests == [official_encode_spans(b).SerializeToString() for b in (first, second)]
 
 
-def test_a_reconnection_keeps_the_encoded_stub(receiver):
+def test_a_reconnection_keeps_the_encoded_stub(receiver, make_spans):
     """The official exporter re-creates channel and stub after UNAVAILABLE: still bytes."""
     exporter = exporter_to(receiver.endpoint)
     exporter._initialize_channel_and_stub()  # noqa: SLF001 - what the official retry loop calls
     assert isinstance(exporter._client, _EncodedTraceServiceStub)  # noqa: SLF001
-    batch = spans(5)
+    batch = make_spans(5)
     assert exporter.export(batch) is SpanExportResult.SUCCESS
     assert receiver.requests == [official_encode_spans(batch).SerializeToString()]
     exporter.shutdown()
 
 
-def test_a_refusal_is_a_failed_export():
+def test_a_refusal_is_a_failed_export(make_spans):
     refusing = Receiver(grpc.StatusCode.INVALID_ARGUMENT)  # not retryable: one call
     try:
         exporter = exporter_to(refusing.endpoint)
-        assert exporter.export(spans(2)) is SpanExportResult.FAILURE
+        assert exporter.export(make_spans(2)) is SpanExportResult.FAILURE
         assert len(refusing.requests) == 1
         exporter.shutdown()
     finally:
         refusing.close()
 
 
-def test_another_layout_falls_back_to_the_official_encoder(receiver, monkeypatch, caplog):
+def test_another_layout_falls_back_to_the_official_encoder(receiver, monkeypatch, caplog, make_spans):
     """An official exporter that never calls the stub hook: one warning, the official encoding sent."""
     monkeypatch.setattr(
         OTLPGrpcSpanExporter, "_initialize_channel_and_stub", OfficialExporter._initialize_channel_and_stub
@@ -114,7 +95,7 @@ def test_another_layout_falls_back_to_the_official_encoder(receiver, monkeypatch
         exporter = exporter_to(receiver.endpoint)
     assert not exporter.fast_encoding
     assert "encoded by the official (slower) encoder" in caplog.text
-    batch = spans(4)
+    batch = make_spans(4)
     assert exporter.export(batch) is SpanExportResult.SUCCESS
     assert receiver.requests == [official_encode_spans(batch).SerializeToString()]
     exporter.shutdown()

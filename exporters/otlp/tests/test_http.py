@@ -12,10 +12,7 @@ from typing import Any
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as official_encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as OfficialExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
-from opentelemetry.trace import SpanContext, TraceFlags
 
 from brickscope.exporter.otlp import OTLPHttpSpanExporter, _http
 
@@ -55,30 +52,10 @@ def receiver() -> Iterator[Receiver]:
     served.close()
 
 
-def spans(count: int = 20) -> list[ReadableSpan]:
-    resource = Resource({"service.name": "decoder"})
-    return [
-        ReadableSpan(
-            name=f"brick{i % 4}",
-            context=SpanContext(0xABC, i, is_remote=False, trace_flags=TraceFlags(1)),
-            parent=SpanContext(0xABC, 1000, is_remote=False),
-            attributes={
-                "brickscope.scope.kind": "brick",
-                "brickscope.layer.index": i % 3,
-                "thread.id": 140447922391936,
-            },
-            resource=resource,
-            start_time=1_700_000_000_000_000_000 + i,
-            end_time=1_700_000_000_000_000_900 + i,
-        )
-        for i in range(1, count + 1)
-    ]
-
-
-def test_sends_the_official_encoding(receiver):
+def test_sends_the_official_encoding(receiver, make_spans):
     exporter = OTLPHttpSpanExporter(endpoint=receiver.endpoint, timeout=10)
     assert exporter.fast_encoding
-    first, second = spans(20), spans(7)
+    first, second = make_spans(20), make_spans(7)
     assert exporter.export(first) is SpanExportResult.SUCCESS
     assert exporter.export(second) is SpanExportResult.SUCCESS
     exporter.shutdown()
@@ -86,19 +63,19 @@ def test_sends_the_official_encoding(receiver):
     assert receiver.bodies == expected
 
 
-def test_a_refusal_is_a_failed_export():
+def test_a_refusal_is_a_failed_export(make_spans):
     refusing = Receiver(status=400)  # not retryable: one request
     try:
         exporter = OTLPHttpSpanExporter(endpoint=refusing.endpoint, timeout=10)
-        assert exporter.export(spans(3)) is SpanExportResult.FAILURE
+        assert exporter.export(make_spans(3)) is SpanExportResult.FAILURE
         assert len(refusing.bodies) == 1
         exporter.shutdown()
     finally:
         refusing.close()
 
 
-def test_a_batch_over_the_size_limit_is_dropped_unsent(receiver, caplog):
-    batch = spans(10)
+def test_a_batch_over_the_size_limit_is_dropped_unsent(receiver, caplog, make_spans):
+    batch = make_spans(10)
     size = len(official_encode_spans(batch).SerializePartialToString())
     exporter = OTLPHttpSpanExporter(endpoint=receiver.endpoint, timeout=10, max_request_size=size - 1)
     with caplog.at_level(logging.WARNING):
@@ -108,14 +85,14 @@ def test_a_batch_over_the_size_limit_is_dropped_unsent(receiver, caplog):
     exporter.shutdown()
 
 
-def test_after_shutdown_nothing_is_sent(receiver):
+def test_after_shutdown_nothing_is_sent(receiver, make_spans):
     exporter = OTLPHttpSpanExporter(endpoint=receiver.endpoint, timeout=10)
     exporter.shutdown()
-    assert exporter.export(spans(2)) is SpanExportResult.FAILURE
+    assert exporter.export(make_spans(2)) is SpanExportResult.FAILURE
     assert receiver.bodies == []
 
 
-def test_another_layout_falls_back_to_the_official_encoder(receiver, monkeypatch, caplog):
+def test_another_layout_falls_back_to_the_official_encoder(receiver, monkeypatch, caplog, make_spans):
     """Without the 1.45 internals: one warning at construction, then the official export."""
     monkeypatch.setattr(_http, "_is_request_too_large", None)
     official_calls = []
@@ -126,6 +103,6 @@ def test_another_layout_falls_back_to_the_official_encoder(receiver, monkeypatch
         exporter = OTLPHttpSpanExporter(endpoint=receiver.endpoint, timeout=10)
     assert not exporter.fast_encoding
     assert "encoded by the official (slower) encoder" in caplog.text
-    assert exporter.export(spans(4)) is SpanExportResult.SUCCESS
+    assert exporter.export(make_spans(4)) is SpanExportResult.SUCCESS
     assert official_calls == [4]
     exporter.shutdown()
