@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -63,6 +63,9 @@ _FLAGS_LOCAL = _SPAN_FLAGS + _pack_fixed32(_FLAG_HAS_IS_REMOTE)
 _FLAGS_REMOTE = _SPAN_FLAGS + _pack_fixed32(_FLAG_HAS_IS_REMOTE | _FLAG_IS_REMOTE)
 
 
+_SMALL = [bytes((n,)) for n in range(0x80)]
+
+
 def _varint(value: int) -> bytes:
     """A non-negative integer (or a negative int64, as its 64-bit two's complement) as a varint."""
     if value < 0x80:
@@ -77,16 +80,25 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-_SMALL = [bytes((n,)) for n in range(0x80)]
-
-
 def _field(tag: int, payload: bytes) -> bytes:
     """A length-delimited field: tag, length, payload."""
     return bytes((tag,)) + _varint(len(payload)) + payload
 
 
+def _miss(cache: dict[Any, bytes], key: Any, make: Callable[[Any], bytes]) -> bytes:
+    """``cache[key]`` made by ``make`` and kept; a cache holding ``CACHE_LIMIT`` entries is
+    emptied first, which bounds memory whatever the cardinality of the keys."""
+    if len(cache) >= CACHE_LIMIT:
+        cache.clear()
+    value = cache[key] = make(key)
+    return value
+
+
 class _Caches:
-    """Bytes of what repeats: attributes with a string, bool or small-int value, keys, names."""
+    """Bytes of what repeats: a ``KeyValue`` per (key, value) for string, bool and small-int
+    values (a cache per type: ``1``, ``True`` and ``1.0`` are equal keys), a key field per
+    key, a name field per span name. Plain dictionaries, read with ``get``, filled by
+    ``_miss``."""
 
     def __init__(self) -> None:
         self.strings: dict[tuple[str, str], bytes] = {}
@@ -95,14 +107,22 @@ class _Caches:
         self.keys: dict[str, bytes] = {}
         self.names: dict[str, bytes] = {}
 
+    def key_value(self, item: tuple[str, Any]) -> bytes:
+        """A ``KeyValue`` message, length-prefixed."""
+        key, value = item
+        return _length_prefixed(
+            (self.keys.get(key) or _miss(self.keys, key, _key_field)) + _field(0x12, _any_value(value))
+        )
 
-def _key_field(key: str, caches: _Caches) -> bytes:
-    encoded = caches.keys.get(key)
-    if encoded is None:
-        if len(caches.keys) >= CACHE_LIMIT:
-            caches.keys.clear()
-        encoded = caches.keys[key] = _field(0x0A, key.encode()) if key else b""
-    return encoded
+
+def _key_field(key: str) -> bytes:
+    """A ``KeyValue``'s key field (none for an empty key: a proto3 default)."""
+    return _field(0x0A, key.encode()) if key else b""
+
+
+def _name_field(name: str) -> bytes:
+    """A ``Span``'s name field (none for an empty name)."""
+    return _field(_SPAN_NAME, name.encode()) if name else b""
 
 
 def _any_value(value: Any) -> bytes:
@@ -131,7 +151,7 @@ def _any_value(value: Any) -> bytes:
 
 def _key_value(key: str, value: Any) -> bytes:
     """A ``KeyValue`` message body."""
-    return (_field(0x0A, key.encode()) if key else b"") + _field(0x12, _any_value(value))
+    return _key_field(key) + _field(0x12, _any_value(value))
 
 
 def _attributes(tag: bytes, attributes: Mapping[str, Any] | None, caches: _Caches) -> list[bytes]:
@@ -146,33 +166,21 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None, caches: _Cache
         kind = type(value)
         if kind is str:
             cache = strings
-        elif kind is int:
-            if -1024 <= value <= 1024:
-                cache = ints
-            elif _INT64_MIN <= value <= _INT64_MAX:  # a time, an id: not worth a cache entry
-                key_field = keys.get(key) or _key_field(key, caches)
-                number = _varint(value)
-                body = key_field + b"\x12" + _SMALL[len(number) + 1] + b"\x18" + number
-                fields.append(tag + _SMALL[len(body)] + body if len(body) < 0x80 else tag + _length_prefixed(body))
-                continue
-            else:
-                cache = None
+        elif kind is int and -1024 <= value <= 1024:
+            cache = ints
         elif kind is bool:
             cache = bools
         else:
             cache = None
         try:
-            if cache is None:
+            if cache is not None:
+                fields.append(tag + (cache.get((key, value)) or _miss(cache, (key, value), caches.key_value)))
+            elif kind is int and _INT64_MIN <= value <= _INT64_MAX:  # a time, an id: not worth an entry
+                key_field = keys.get(key) or _miss(keys, key, _key_field)
+                number = _varint(value)  # the AnyValue: its int_value field, length-prefixed
+                fields.append(tag + _length_prefixed(key_field + b"\x12" + _SMALL[len(number) + 1] + b"\x18" + number))
+            else:
                 fields.append(tag + _length_prefixed(_key_value(key, value)))
-                continue
-            encoded = cache.get((key, value))
-            if encoded is None:
-                if len(cache) >= CACHE_LIMIT:
-                    cache.clear()
-                encoded = cache[key, value] = _length_prefixed(
-                    _key_field(key, caches) + _field(0x12, _any_value(value))
-                )
-            fields.append(tag + encoded)
         except Exception as error:  # noqa: BLE001 - the official encoder's behaviour
             logger.exception("Failed to encode key %s: %s", key, error)
     return fields
@@ -182,15 +190,6 @@ def _trace_state(trace_state: Any) -> bytes:
     if not trace_state:
         return b""
     return _field(_SPAN_TRACE_STATE, ",".join(f"{key}={value}" for key, value in trace_state.items()).encode())
-
-
-def _name(name: str, caches: _Caches) -> bytes:
-    encoded = caches.names.get(name)
-    if encoded is None:
-        if len(caches.names) >= CACHE_LIMIT:
-            caches.names.clear()
-        encoded = caches.names[name] = _field(_SPAN_NAME, name.encode()) if name else b""
-    return encoded
 
 
 def _span(span: ReadableSpan, caches: _Caches) -> bytes:
@@ -207,7 +206,7 @@ def _span(span: ReadableSpan, caches: _Caches) -> bytes:
         parts.append(_trace_state(context.trace_state))
     if parent:
         parts += (_SPAN_PARENT_SPAN_ID, parent.span_id.to_bytes(8, "big"))
-    parts.append(_name(span.name, caches))
+    parts.append(caches.names.get(span.name) or _miss(caches.names, span.name, _name_field))
     kind = span.kind.value + 1  # SpanKind INTERNAL.. CONSUMER (0..4) -> SPAN_KIND_INTERNAL.. (1..5)
     parts += (_SPAN_KIND, _SMALL[kind])
     if span.start_time:
