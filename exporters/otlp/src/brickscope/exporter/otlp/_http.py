@@ -20,6 +20,7 @@ from typing import Any
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as _OfficialOTLPSpanExporter
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.semconv.attributes.http_attributes import HTTP_RESPONSE_STATUS_CODE
 
 from brickscope.exporter.otlp._encode import SpanEncoder
 
@@ -79,7 +80,7 @@ class OTLPHttpSpanExporter(_OfficialOTLPSpanExporter):
             if not exported.success:
                 result.error = exported.error
                 result.error_attrs = (
-                    {"http.response.status_code": exported.status_code} if exported.status_code is not None else None
+                    {HTTP_RESPONSE_STATUS_CODE: exported.status_code} if exported.status_code is not None else None
                 )
                 return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS

@@ -10,6 +10,8 @@ from typing import Any
 from opentelemetry.sdk.environment_variables import OTEL_EXPORTER_OTLP_PROTOCOL, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from brickscope.exporter.otlp._http import OTLPHttpSpanExporter
+
 
 class OTLPSpanExporter(SpanExporter):
     """The OTLP span exporter of the configured protocol, with brickscope's encoder.
@@ -40,7 +42,5 @@ class OTLPSpanExporter(SpanExporter):
                 ) from error
             return OTLPGrpcSpanExporter(*args, **kwargs)
         if protocol == "http/protobuf":
-            from brickscope.exporter.otlp._http import OTLPHttpSpanExporter
-
             return OTLPHttpSpanExporter(*args, **kwargs)
         raise ValueError(f"{variable}={protocol!r}: brickscope_otlp sends 'grpc' or 'http/protobuf'")
