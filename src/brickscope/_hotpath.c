@@ -434,8 +434,7 @@ static void global_cache_keep(GlobalCache *cache, PyObject *dict, PyObject *valu
     cache->tag = ((PyDictObject *)dict)->ma_version_tag;
     cache->value = value;
 #elif defined(GLOBAL_CACHE_WATCHES)
-    if (g_dict_watcher < 0) return;
-    cache->dict = dict;
+    cache->dict = dict; /* without a watcher it is never fresh (global_cache_fresh) */
     cache->tag = g_watched_generation;
     cache->value = value;
 #endif
