@@ -278,18 +278,28 @@ class TestScopeData:
         assert brick.attributes["sampler"] == "top_p"
         assert [(e.name, dict(e.attributes)) for e in brick.events] == [("eos", {"token": 2}), ("cache.lookup", {"hit": True})]
 
-    def test_record_gpu_is_drawn_on_the_gpu_tracks_like_a_cuda_brick(self, tmp_path):
+    def test_record_gpu_is_drawn_on_the_gpu_tracks_like_a_cuda_brick(self, tmp_path, monkeypatch):
         """bs.record_gpu: a slice on device 1's stream 7 track at the given times, a flow from its call site."""
         import brickscope as bs
-        from brickscope._clock import host_ns
+        from brickscope._clock import EPOCH_OFFSET_NS
         from brickscope.testing import capture_spans
+        from brickscope.trace import _recorder
 
+        # The recorder's clock driven by hand (1 µs a read), so that the GPU work runs after
+        # the call recorded it (a queued submit) however the machine schedules this test.
+        now = [10**12]
+
+        def driven() -> int:
+            now[0] += 1_000
+            return now[0]
+
+        monkeypatch.setattr(_recorder, "perf_counter_ns", driven)
         path = tmp_path / "t.pftrace"
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(PerfettoSpanExporter(path)))
         with capture_spans(provider):
             with bs.step(0), bs.brick("frame"):
-                start = host_ns() + 1_000_000  # the work ran after the call recorded it (a queued submit)
+                start = now[0] + EPOCH_OFFSET_NS + 1_000_000  # 1 ms after the clock's last reading
                 bs.record_gpu("vk_blit", start, start + 4_000, device=1, stream=7)
         decoded = decode_trace(path)
         gpu = [s for s in decoded.slices if s.name == "vk_blit" and decoded.track_kind(s.track) == "gpu"]
