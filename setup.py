@@ -3,7 +3,7 @@
 (everything else is in pyproject.toml).
 
 ``optional=True``: a machine without a C compiler (or Python headers) still installs
-brickscope, and the pure-Python implementation runs; ``brickscope._native`` says which
+brickscope, and the pure-Python implementation runs; ``brickscope.native`` says which
 one is in use, and ``BRICKSCOPE_PURE_PYTHON=1`` forces the fallback (docs/native.md).
 """
 

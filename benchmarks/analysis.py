@@ -187,10 +187,10 @@ def _child_pipeline(path: str, backend: str) -> dict[str, Any]:
     t2 = time.perf_counter()
     text = render(report, "json")
     t3 = time.perf_counter()
-    from brickscope import _native
+    from brickscope import native
 
     return {
-        "implementations": _native.implementations(),
+        "implementations": {part: found.in_use for part, found in native.implementations().items()},
         "spans": table.rows,
         "load_s": t1 - t0,
         "analyse_s": t2 - t1,

@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import brickscope as bs
-from brickscope import _native
+from brickscope import native
 from _simcuda import load_simdriver, make_stream
 from brickscope.testing import reset_globals
 
@@ -358,13 +358,14 @@ def main(argv: list[str] | None = None) -> int:
             results[key] = derive(results)
         except KeyError:  # a case that could not run here (no torch, no simulator)
             pass
+    in_use = {part: found.in_use for part, found in native.implementations().items()}  # C or pure Python
     if args.json:
         out: dict[str, object] = {key: round(value, 1) for key, value in results.items()}
-        out["implementation"] = _native.implementations()  # C accelerator or pure Python
+        out["implementation"] = in_use
         print(json.dumps(out))
         return 0
     width = max(map(len, results))
-    print(f"implementation: {_native.implementations()}")
+    print(f"implementation: {in_use}")
     print(f"{'case':<{width}}  ns/op")
     for key, value in results.items():
         print(f"{key:<{width}}  {value:8.0f}")

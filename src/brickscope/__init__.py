@@ -36,19 +36,20 @@ from brickscope._scope import (
     sync,
     tile,
 )
+from brickscope.native import implementations
 from brickscope.version import __version__
 
 # The OpenTelemetry SDK (~0.3 s to import) loads on first use of these (PEP 562), so that
 # instrumented code that never configures brickscope, and the offline tools, start fast.
 _LAZY = {
-    "Session": "brickscope._config",
-    "configure": "brickscope._config",
-    "disable": "brickscope._config",
-    "enable": "brickscope._config",
-    "shutdown": "brickscope._config",
-    "CategoryAggregator": "brickscope.trace",
-    "GpuSyncSpanProcessor": "brickscope.trace",
-    "StepSampling": "brickscope.trace",
+    "Session": "brickscope.sdk",
+    "configure": "brickscope.sdk",
+    "disable": "brickscope.sdk",
+    "enable": "brickscope.sdk",
+    "shutdown": "brickscope.sdk",
+    "CategoryAggregator": "brickscope.sdk",
+    "GpuSyncSpanProcessor": "brickscope.sdk",
+    "StepSampling": "brickscope.sdk",
     "register_kernel_source": "brickscope._kernel_sources",
     "checksum": "brickscope._checksum",
 }
@@ -84,6 +85,7 @@ __all__ = [
     "enter_scope",
     "event",
     "exit_scope",
+    "implementations",
     "kernel",
     "layer",
     "record_gpu",

@@ -10,7 +10,7 @@
  * scope's sampling and OTel context (Recorder._open_root), GPU marks
  * (Recorder._open_gpu/_mark_end), stack repairs, sync points, error descriptions,
  * failure logging. The pure-Python code in _record.py, _scope.py and
- * trace/_recorder.py is the reference; this file mirrors it line for line and
+ * sdk/trace/_recorder.py is the reference; this file mirrors it line for line and
  * tests/unit/test_native.py checks that both give the same spans.
  *
  * Records are GC-tracked objects with the same attributes as the Python Record
@@ -1839,7 +1839,7 @@ static PyMethodDef recorder_methods[] = {
 
 static PyTypeObject RecorderCoreType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope._hotpath.RecorderCore",
-    .tp_doc = "The hot-path half of brickscope.trace._recorder.Recorder (open/close in C).",
+    .tp_doc = "The hot-path half of brickscope.sdk.trace._recorder.Recorder (open/close in C).",
     .tp_basicsize = sizeof(RecorderCore),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
@@ -2503,7 +2503,7 @@ static PyObject *init_scopes(PyObject *module, PyObject *args) {
 
 /* ---- SpanMaker: SpanBuilder.build's common case in C ---------------------------- */
 
-/* SpanBuilder.build (trace/_spans.py) for an ordinary record: a step, layer, brick or
+/* SpanBuilder.build (sdk/trace/_spans.py) for an ordinary record: a step, layer, brick or
  * kernel scope with no notes from user code, no exception, not a record_gpu brick.
  * The ReadableSpan is made without running its Python __init__ (its instance dict is
  * filled with what __init__ would store: SpanBuilder checks once, on a probe span, that
@@ -3085,7 +3085,7 @@ static PyObject *span_maker_new(PyTypeObject *type, PyObject *args, PyObject *kw
         PyTuple_GET_SIZE(self->keys) != K_COUNT || !PyTuple_CheckExact(self->fields) ||
         PyTuple_GET_SIZE(self->fields) != F_COUNT || !PyDict_CheckExact(self->thread_names) ||
         !PyDict_CheckExact(self->counts) || !PyDict_CheckExact(self->resolved) || g_kind_names == NULL) {
-        PyErr_SetString(PyExc_TypeError, "SpanMaker: unexpected arguments (see trace/_spans.py)");
+        PyErr_SetString(PyExc_TypeError, "SpanMaker: unexpected arguments (see sdk/trace/_spans.py)");
         Py_DECREF(self);
         return NULL;
     }
@@ -3219,7 +3219,7 @@ static PyMethodDef span_maker_methods[] = {
 static PyTypeObject SpanMakerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope._hotpath.SpanMaker",
     .tp_doc = "SpanMaker(...).build(rec): SpanBuilder.build's common case in C: (span, attributes, row), or None for the "
-              "Python builder (see trace/_spans.py).",
+              "Python builder (see sdk/trace/_spans.py).",
     .tp_basicsize = sizeof(SpanMakerObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = span_maker_new,
@@ -3248,7 +3248,7 @@ static int brick_kind(PyObject *attributes, PyObject *const *keys) {
 }
 
 /* fold_sums(spans, attributes, keys, sums, values) -> bool. The fold of fold_batch's
- * Python loop (trace/_aggregation.py) for a batch whose every attributes are a dict and
+ * Python loop (sdk/trace/_aggregation.py) for a batch whose every attributes are a dict and
  * whose bricks carry a str name and category and int self time and elements: sums
  * (name, category) -> (count, self ns, elements) in the dict sums, and, when values is a
  * list, (self ns, name, category, span) per brick for the histogram. False: nothing
@@ -3327,7 +3327,7 @@ static PyMethodDef module_methods[] = {
     {"init_stack", init_stack, METH_VARARGS, "init_stack(TOP, KIND_NAMES): the scope stack (brickscope._record)."},
     {"init_recorder", init_recorder, METH_VARARGS,
      "init_recorder(otel_var, otel_current, clock_globals, perf_counter_ns, monotonic, release_context, "
-     "repair_stack, describe): what Recorder.open/close call (brickscope.trace._recorder)."},
+     "repair_stack, describe): what Recorder.open/close call (brickscope.sdk.trace._recorder)."},
     {"init_scopes", init_scopes, METH_VARARGS,
      "init_scopes(state_dict, enter_failed, exit_failed, exit_out_of_order, exit_entry_out_of_order, INERT, "
      "enter_scope, exit_scope) (brickscope._scope)."},
@@ -3342,7 +3342,7 @@ static PyMethodDef module_methods[] = {
     {NULL}};
 
 static struct PyModuleDef hotpath_module = {
-    PyModuleDef_HEAD_INIT, "_hotpath", "The C accelerator of brickscope's scope hot path (optional; see brickscope._native).",
+    PyModuleDef_HEAD_INIT, "_hotpath", "The C accelerator of brickscope's scope hot path (optional; see brickscope.native).",
     -1, module_methods,
 };
 

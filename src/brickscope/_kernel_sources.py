@@ -25,7 +25,7 @@ import hashlib
 import json
 import os
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from brickscope.trace.attributes import KERNEL_SOURCES
 
@@ -34,6 +34,8 @@ KINDS = ("ptx", "cubin", "cuda", "triton")
 _lock = threading.Lock()
 #: kernel name -> (hash, kind, path or "")
 _by_name: dict[str, tuple[int, str, str]] = {}
+#: Told of every registration (set_listener); the SDK layer's, once it is loaded.
+_listener: Callable[[dict[str, str]], None] | None = None
 
 
 def register_kernel_source(name: str, source: str | bytes, kind: str = "ptx", path: str | os.PathLike[str] | None = None) -> int:
@@ -68,12 +70,19 @@ def register_kernel_source(name: str, source: str | bytes, kind: str = "ptx", pa
     digest = source_hash(data)
     with _lock:
         _by_name[name] = (digest, kind, "" if path is None else os.fspath(path))
-    from brickscope import _config  # the SDK: only once something is registered
-
-    session = _config.current_session()
-    if session is not None:
-        publish(session.tracer_provider)
+    if _listener is not None:
+        _listener(resource_attributes())
     return digest
+
+
+def set_listener(listener: Callable[[dict[str, str]], None] | None) -> None:
+    """Call ``listener(resource_attributes())`` after every registration (None: nobody).
+
+    The SDK layer listens, to put the new registry on the live session's resource; the
+    registry itself never imports the SDK.
+    """
+    global _listener
+    _listener = listener
 
 
 def source_hash(data: Any) -> int:
@@ -94,15 +103,6 @@ def resource_attributes() -> dict[str, str]:
             return {}
         entries = {f"{digest:016x}": [kind, name, path] for name, (digest, kind, path) in sorted(_by_name.items())}
     return {KERNEL_SOURCES: json.dumps(entries, sort_keys=True, separators=(",", ":"))}
-
-
-def publish(provider: Any) -> None:
-    """Put the current registry on ``provider``'s resource (replacing an older registry)."""
-    from brickscope import _resource
-
-    attributes = resource_attributes()
-    if attributes:
-        _resource.replace_provider_resource_attributes(provider, attributes)
 
 
 def reset() -> None:

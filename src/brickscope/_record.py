@@ -13,7 +13,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from brickscope import _native
+from brickscope import native
 
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
@@ -78,8 +78,8 @@ class Record:
 TOP: ContextVar[Record | None] = ContextVar("brickscope_top", default=None)
 
 #: The scope hot path in C (``brickscope._hotpath``), or None: the Python code here, in
-#: ``_scope`` and in ``trace._recorder`` runs (the reference; see ``brickscope._native``).
-hotpath = _native.load("brickscope._hotpath")
+#: ``_scope`` and in ``trace._recorder`` runs (the reference; see ``brickscope.native``).
+hotpath = native.load("brickscope._hotpath")
 #: The pure-Python record (the reference layout).
 PyRecord = Record
 if hotpath is not None:

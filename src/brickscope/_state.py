@@ -11,7 +11,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from brickscope.trace._recorder import Recorder
+    from brickscope.sdk.trace._recorder import Recorder
 
 
 class _NotConfigured:

@@ -32,7 +32,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status
 
-from brickscope import _catalog, _checksum, _config, _kernel_sources, _record, _scope, _scope_data, _state
+from brickscope import _catalog, _checksum, _kernel_sources, _record, _scope, _scope_data, _state
+from brickscope.sdk import _config
 from brickscope.trace import attributes as A
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from brickscope.analysis import get_backend
-from brickscope.analysis._backend import nearest_rank
+from brickscope.analysis._stats import nearest_rank
 
 BACKENDS = [get_backend("numpy"), get_backend("python")]
 rows = st.lists(st.tuples(st.integers(0, 4), st.integers(0, 10_000), st.integers(0, 3_000)), max_size=60)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.resources import Resource
 
-from brickscope import _native
+from brickscope import native
 from brickscope.analysis import _table
 from brickscope.analysis._table import COLUMNS, TableBuilder
 from brickscope.offline import open_records
@@ -27,10 +27,10 @@ GOLDEN = sorted((Path(__file__).parents[1] / "golden").glob("*.pftrace"))
 
 
 def test_the_implementation_in_use_is_the_one_asked_for():
-    in_use = _native.implementations()[NAME]
-    if _native.PURE_PYTHON:
+    in_use = native.implementations()[NAME].in_use
+    if native.PURE_PYTHON:
         assert in_use == "python" and _table._fast is None
-    elif _native.REQUIRE_NATIVE:
+    elif native.REQUIRE_NATIVE:
         assert in_use == "c", f"BRICKSCOPE_REQUIRE_NATIVE=1 but {NAME} was not built or does not import"
     assert (_table._fast is not None) == (in_use == "c")
 
@@ -39,7 +39,7 @@ def test_the_implementation_in_use_is_the_one_asked_for():
 def _fast():
     """The C module, imported directly (also in the pure-Python pass: the comparison needs it)."""
     if importlib.util.find_spec(NAME) is None:
-        if _native.REQUIRE_NATIVE:
+        if native.REQUIRE_NATIVE:
             pytest.fail(f"{NAME} is not built")
         pytest.skip(f"{NAME} is not built here (no C compiler?): nothing to compare")
     module = importlib.import_module(NAME)

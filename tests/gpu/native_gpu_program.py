@@ -17,7 +17,7 @@ from pathlib import Path
 from opentelemetry.sdk.trace import TracerProvider
 
 import brickscope as bs
-from brickscope import _native
+from brickscope import native
 from brickscope.testing import SequentialIdGenerator, capture_spans
 from brickscope.trace import attributes as A
 
@@ -69,7 +69,7 @@ def main() -> None:
         stats = {k: v for k, v in captured.session.stats().items() if "cpu_ns" not in k}
         spans = captured.spans
     out = {
-        "implementation": _native.implementations(),
+        "implementation": {part: found.in_use for part, found in native.implementations().items()},
         "stats": stats,
         "spans": [
             {

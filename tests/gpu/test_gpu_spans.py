@@ -326,7 +326,7 @@ class TestResolutionQueries:
         (once per query in Python) and leaves the thread as it found it; the spans are the same."""
         from cuda.bindings import driver as drv
 
-        from brickscope import _native
+        from brickscope import native
 
         provider, exporter = pipeline
         configure(provider)
@@ -342,7 +342,7 @@ class TestResolutionQueries:
         assert bs.sync() is True
         pushes, pops = simdriver.calls("cuCtxPushCurrent") - pushes, simdriver.calls("cuCtxPopCurrent") - pops
         assert int(drv.cuCtxGetCurrent()[1]) == 0 and pushes == pops
-        if _native.implementations()["brickscope._hotpath"] == "c":
+        if native.implementations()["brickscope._hotpath"].in_use == "c":
             assert pushes == 2  # the re-anchor at the blocking sync point (Python), then one for the batch
         else:
             assert pushes > 100  # a push per query: complete, host time, elapsed time
@@ -353,7 +353,7 @@ class TestResolutionQueries:
     def test_the_anchor_age_is_checked_against_the_clock_read_once_per_batch(self, pipeline, simdriver, monkeypatch):
         """A step end resolving 20 complete GPU bricks reads the host clock once for their
         anchor-age checks in C (once per brick in Python, in host_time_ns)."""
-        from brickscope import _clock, _native
+        from brickscope import _clock, native
 
         provider, exporter = pipeline
         configure(provider, sync_mode="deferred")
@@ -373,4 +373,4 @@ class TestResolutionQueries:
             monkeypatch.setattr(_clock, "perf_counter_ns", counted)  # the C side then calls host_ns
         monkeypatch.undo()
         assert [s.name for s in exporter.get_finished_spans()] == ["ffn_up"] * 20 + ["step"]
-        assert len(calls) == (1 if _native.implementations()["brickscope._hotpath"] == "c" else 20)
+        assert len(calls) == (1 if native.implementations()["brickscope._hotpath"].in_use == "c" else 20)

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import pytest
 
-from brickscope import _native
+from brickscope import native
 from brickscope._gpu import CudaError, CudaTimer
 
 pytestmark = pytest.mark.gpu
@@ -48,7 +48,7 @@ def timer(simdriver: Any) -> Any:
 
 def test_the_c_marker_is_there_when_the_accelerator_is(timer: CudaTimer) -> None:
     """With the accelerator in use, the timer has its C marker (a silent fallback would hide a slow path)."""
-    in_use = _native.implementations().get("brickscope._hotpath")
+    in_use = native.implementations()["brickscope._hotpath"].in_use
     assert (timer._marker is not None) == (in_use == "c")
 
 
@@ -114,7 +114,7 @@ def test_the_c_resolution_queries_answer_as_the_timer_does(timer: CudaTimer, sim
     mean "ask the timer", which the resolver then does."""
     marker = timer._marker
     if marker is None:
-        assert _native.implementations().get("brickscope._hotpath") != "c"
+        assert native.implementations()["brickscope._hotpath"].in_use != "c"
         return  # pure Python: the resolver asks the timer; test_timer.py covers it
     from cuda.bindings import driver as drv
 
@@ -143,7 +143,7 @@ def test_a_driver_error_in_the_c_queries_is_the_timers_cuda_error(timer: CudaTim
     (the resolver marks the span with it); no second try behind the caller's back."""
     marker = timer._marker
     if marker is None:
-        assert _native.implementations().get("brickscope._hotpath") != "c"
+        assert native.implementations()["brickscope._hotpath"].in_use != "c"
         return  # pure Python: the timer's own methods (test_timer.py, test_gpu_spans.py)
     ref = timer.stream_ref(new_stream())
     start, end = marker.mark(ref), marker.mark(ref)
@@ -173,7 +173,7 @@ def test_the_c_interval_reads_the_core_host_clock_as_python_would(simdriver: Any
         try:
             marker = timer._marker
             if marker is None:
-                assert _native.implementations().get("brickscope._hotpath") != "c"
+                assert native.implementations()["brickscope._hotpath"].in_use != "c"
                 return
             ref = timer.stream_ref(new_stream())
             start, end = marker.mark(ref), marker.mark(ref)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from brickscope import _native
+from brickscope import native
 
 pytestmark = pytest.mark.gpu
 PROGRAM = Path(__file__).with_name("native_gpu_program.py")
@@ -29,7 +29,7 @@ def run(env: dict[str, str], pure: bool) -> dict:
 
 def test_cuda_spans_are_the_same_under_both_implementations(simdriver_env: dict[str, str]) -> None:
     pytest.importorskip("cuda.bindings.driver", reason="cuda-python (cuda-bindings) is not installed")
-    if importlib.util.find_spec("brickscope._hotpath") is None and not _native.REQUIRE_NATIVE:
+    if importlib.util.find_spec("brickscope._hotpath") is None and not native.REQUIRE_NATIVE:
         pytest.skip("brickscope._hotpath is not built here (no C compiler?): nothing to compare")
     python, native = run(simdriver_env, pure=True), run(simdriver_env, pure=False)
     # (the session's report table loads brickscope._tablerows too: same switch)

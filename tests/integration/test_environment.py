@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 import brickscope as bs
-from brickscope import _environment
+from brickscope.sdk import _environment
 
 RESOURCE = Resource.create({"service.name": "env-test"})
 

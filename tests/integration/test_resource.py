@@ -11,7 +11,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 import brickscope as bs
-from brickscope import _resource
+from brickscope.sdk import _resource
 from brickscope.testing import capture_spans
 from brickscope.trace import attributes as A
 
@@ -44,7 +44,7 @@ class TestLauncherRank:
 
     def test_bad_value_is_left_out_with_a_warning(self, caplog):
         """A malformed variable loses its attribute and says which one; the others stay."""
-        with caplog.at_level(logging.WARNING, logger="brickscope._resource"):
+        with caplog.at_level(logging.WARNING, logger="brickscope.sdk._resource"):
             found = _resource.launcher_rank_attributes({"RANK": "3", "WORLD_SIZE": "many"})
         assert found == {A.RANK: 3}
         assert "WORLD_SIZE='many'" in caplog.text
@@ -70,7 +70,7 @@ class TestResourceAttributes:
         """Device names come from the CUDA timer; none without one, and a failing timer only warns."""
         assert _resource.gpu_attributes(FakeTimer(["H100", "H100"])) == {A.GPU_DEVICE_NAMES: ["H100", "H100"]}
         assert _resource.gpu_attributes(None) == {}
-        with caplog.at_level(logging.WARNING, logger="brickscope._resource"):
+        with caplog.at_level(logging.WARNING, logger="brickscope.sdk._resource"):
             assert _resource.gpu_attributes(FakeTimer(RuntimeError("driver gone"))) == {}
         assert "device names" in caplog.text
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from brickscope.trace import _recorder
+from brickscope.sdk.trace import _recorder
 from brickscope.trace import attributes as A
 
 

@@ -21,9 +21,9 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 import brickscope as bs
-from brickscope import _native, _scope_data
+from brickscope import native, _scope_data
 from brickscope.testing import SequentialIdGenerator, capture_spans
-from brickscope.trace import _recorder, _spans
+from brickscope.sdk.trace import _recorder, _spans
 
 EPOCH = 1_700_000_000_000_000_000
 
@@ -170,7 +170,7 @@ def main() -> None:
         return list(value) if isinstance(value, tuple) else value
 
     out = {
-        "implementation": _native.implementations(),
+        "implementation": {part: found.in_use for part, found in native.implementations().items()},
         "stats": stats,
         "metrics": metrics,
         "spans": [

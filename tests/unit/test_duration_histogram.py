@@ -11,9 +11,9 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from brickscope._otel_context import EMPTY_CONTEXT, with_span
-from brickscope.trace import _sdk_metrics, _totals
+from brickscope.sdk.trace import _sdk_metrics, _totals
 from brickscope.trace import attributes as A
-from brickscope.trace._aggregation import DURATION_BUCKETS_S
+from brickscope.sdk.trace._aggregation import DURATION_BUCKETS_S
 
 NORM = {A.BRICK_NAME: "rms_norm", A.BRICK_CATEGORY: "norm"}
 FFN = {A.BRICK_NAME: "ffn_up", A.BRICK_CATEGORY: "ffn"}

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Resolved spans go downstream a batch at a time (trace/_sdk.py ``Downstream.emit_batch``):
+"""Resolved spans go downstream a batch at a time (sdk/trace/_sdk.py ``Downstream.emit_batch``):
 every processor still sees every span, in order; the SDK's BatchSpanProcessor gets its queue
 extended at once only when the batch fits, and its own ``emit`` otherwise (so it logs, counts
 and drops as it always does); the CategoryAggregator folds a batch as it folds spans one by one;
@@ -18,9 +18,9 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 import brickscope as bs
 from brickscope.testing import SequentialIdGenerator, reset_globals
-from brickscope.trace import _aggregation, _sdk, _spans
+from brickscope.sdk.trace import _aggregation, _sdk, _spans
 from brickscope.trace import attributes as A
-from brickscope.trace._aggregation import CategoryAggregator
+from brickscope.sdk.trace._aggregation import CategoryAggregator
 
 
 @pytest.fixture(autouse=True)

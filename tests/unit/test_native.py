@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import brickscope as bs
-from brickscope import _native, _record, _scope
-from brickscope.trace import _recorder
+from brickscope import native, _record, _scope
+from brickscope.sdk.trace import _recorder
 
 PROGRAM = Path(__file__).with_name("native_program.py")
 
@@ -24,10 +24,10 @@ def test_the_implementation_in_use_is_the_one_asked_for():
     """BRICKSCOPE_PURE_PYTHON=1 runs the Python reference everywhere; otherwise the C types
     are the ones in use, and BRICKSCOPE_REQUIRE_NATIVE=1 (make test, CI) makes a missing
     accelerator a failure instead of a silent fallback."""
-    in_use = _native.implementations()["brickscope._hotpath"]
-    if _native.PURE_PYTHON:
+    in_use = native.implementations()["brickscope._hotpath"].in_use
+    if native.PURE_PYTHON:
         assert in_use == "python"
-    elif _native.REQUIRE_NATIVE:
+    elif native.REQUIRE_NATIVE:
         assert in_use == "c", "BRICKSCOPE_REQUIRE_NATIVE=1 but brickscope._hotpath was not built or does not import"
     if in_use == "c":
         assert _record.Record is _record.hotpath.Record
@@ -55,7 +55,7 @@ def test_the_accelerator_gives_the_spans_of_the_reference():
     entered twice, decorators, disabled, step sampling, an unsampled and a user parent, a
     thread, asyncio tasks), driven clock and ids, run under each implementation: the same
     spans (ids, parents, times, attributes, events, status), counters and metrics."""
-    if importlib.util.find_spec("brickscope._hotpath") is None and not _native.REQUIRE_NATIVE:
+    if importlib.util.find_spec("brickscope._hotpath") is None and not native.REQUIRE_NATIVE:
         pytest.skip("brickscope._hotpath is not built here (no C compiler?): nothing to compare")
     python, native = _run_program(pure=True), _run_program(pure=False)
     # (the session's report table loads brickscope._tablerows too: same switch)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from brickscope.trace import _record_cost
+from brickscope.sdk.trace import _record_cost
 
 
 class ScriptedClock:

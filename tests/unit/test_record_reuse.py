@@ -25,7 +25,7 @@ from opentelemetry.trace import StatusCode
 import brickscope as bs
 from brickscope import _record, _scope, _state
 from brickscope.testing import capture_spans
-from brickscope.trace import _recorder
+from brickscope.sdk.trace import _recorder
 from brickscope.trace import attributes as A
 
 

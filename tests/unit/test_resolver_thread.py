@@ -20,7 +20,7 @@ import brickscope as bs
 from brickscope import environment_variables as env
 from brickscope.testing import capture_spans
 from brickscope.trace import attributes as A
-from brickscope.trace._worker import THREAD_NAME
+from brickscope.sdk.trace._worker import THREAD_NAME
 
 WAIT_S = 30  # a bound on a hang, not a speed expectation
 

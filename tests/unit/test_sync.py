@@ -194,7 +194,7 @@ class TestPacing:
         """
         import time as _time
 
-        from brickscope.trace import _resolution
+        from brickscope.sdk.trace import _resolution
 
         monkeypatch.setattr(_resolution, "_PACE_BUDGET_S", 60.0)
 

@@ -24,11 +24,11 @@ FASTREAD = "brickscope.exporter.perfetto._fastread"
 def fast():
     """The reader's C module, imported directly (also in the pure-Python pass: the
     comparisons need it), configured as the reader configures it."""
-    from brickscope import _native
+    from brickscope import native
     from brickscope.exporter.perfetto import _reader
 
     if importlib.util.find_spec(FASTREAD) is None:
-        if _native.REQUIRE_NATIVE:
+        if native.REQUIRE_NATIVE:
             pytest.fail(f"{FASTREAD} is not built")
         pytest.skip(f"{FASTREAD} is not built here (no C compiler?): nothing to compare")
     module = importlib.import_module(FASTREAD)

@@ -283,7 +283,7 @@ class TestScopeData:
         import brickscope as bs
         from brickscope._clock import EPOCH_OFFSET_NS
         from brickscope.testing import capture_spans
-        from brickscope.trace import _recorder
+        from brickscope.sdk.trace import _recorder
 
         # The recorder's clock driven by hand (1 µs a read), so that the GPU work runs after
         # the call recorded it (a queued submit) however the machine schedules this test.

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pftrace_testlib import T0, THREAD, gpu_attributes, make_span
 
-from brickscope import _native
+from brickscope import native
 from brickscope.exporter.perfetto import PerfettoSpanExporter, _annotations, _reader
 from brickscope.exporter.perfetto._annotations import _CACHE_ENTRIES, _decode_messages, decode_annotations
 from brickscope.exporter.perfetto._reader import iter_packets
@@ -24,10 +24,10 @@ GOLDEN = sorted((Path(__file__).parents[3] / "tests" / "golden").glob("*.pftrace
 
 
 def test_the_implementation_in_use_is_the_one_asked_for():
-    in_use = _native.implementations()[NAME]
-    if _native.PURE_PYTHON:
+    in_use = native.implementations()[NAME].in_use
+    if native.PURE_PYTHON:
         assert in_use == "python" and _annotations._fast is None
-    elif _native.REQUIRE_NATIVE:
+    elif native.REQUIRE_NATIVE:
         assert in_use == "c", f"BRICKSCOPE_REQUIRE_NATIVE=1 but {NAME} was not built or does not import"
     assert (_annotations._fast is not None) == (in_use == "c")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from brickscope.analysis._backend import nearest_rank
+from brickscope.analysis._stats import nearest_rank
 from brickscope.analysis._table import KIND_BRICK, KIND_KERNEL, Table
 
 ALPHA = 0.01

@@ -13,7 +13,7 @@ import contextlib
 import gc
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from brickscope.analysis._backend import get_backend
 from brickscope.analysis._table import KIND_BRICK, KIND_KERNEL, Table, TableBuilder
@@ -23,6 +23,16 @@ from brickscope.offline._errors import one_line
 ProgressCallback = Callable[[int, int], None]
 
 _TRACE_SUFFIXES = (".pftrace", ".json", ".jsonl", ".json.gz", ".jsonl.gz", ".otlp.json")
+
+
+@runtime_checkable
+class LiveSession(Protocol):
+    """What :func:`load` reads of a live :class:`brickscope.Session` (the SDK layer sits
+    above this package, which never imports it)."""
+
+    aggregator: Any
+
+    def sync(self) -> None: ...
 
 
 class AnalysisError(ValueError):
@@ -53,15 +63,13 @@ def load(
         AnalysisError: an input is missing, unreadable, empty, not a brickscope
             trace, truncated or corrupt; or no input holds a brick or kernel span.
     """
-    from brickscope._config import Session  # the core imports this package: not at import time
-
     if not inputs:
         raise AnalysisError("brickscope: nothing to analyse (no input given)")
     engine = get_backend(backend)
     files: list[str] = []
     sessions = []
     for item in inputs:
-        if isinstance(item, Session):
+        if isinstance(item, LiveSession):
             sessions.append(item)
         else:
             files.extend(_expand(os.fspath(item)))

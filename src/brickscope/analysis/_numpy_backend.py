@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from brickscope.analysis._backend import mann_whitney
+from brickscope.analysis._stats import mann_whitney
 
 _DTYPES = {"int64": np.int64, "uint64": np.uint64, "float64": np.float64, "bool": np.bool_}
 # Sorting (group, value) pairs as one int64 key is about 3x faster than lexsort:

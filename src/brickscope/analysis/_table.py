@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from brickscope import _native
+from brickscope import native
 from brickscope.trace import attributes as A
 
 #: Scope kinds, by code: the ``kind`` column.
@@ -653,8 +653,8 @@ def _names(value: Any) -> tuple[str, ...]:
 
 
 #: The C row maker (``brickscope._tablerows``), or None: :meth:`TableBuilder._row` and
-#: :meth:`TableBuilder._store` make every row (the reference; see ``brickscope._native``).
-_fast = _native.load("brickscope._tablerows")
+#: :meth:`TableBuilder._store` make every row (the reference; see ``brickscope.native``).
+_fast = native.load("brickscope._tablerows")
 if _fast is not None:
     _fast.setup(
         _KEYS, _KIND_CODES, A.CLOCK_CUDA, A.CLOCK_GPU, "".join(_TYPECODES[d] for d in COLUMNS.values()), _hash, _clean_one

@@ -19,7 +19,7 @@ beyond OTLP JSON is added by registering a :class:`TraceFormat` under the
 ``brickscope.readers`` entry-point group.
 """
 
-from brickscope.offline._errors import TraceFileError
+from brickscope.offline._errors import TraceFileError, UsageError, one_line
 from brickscope.offline._formats import READERS_GROUP, SpanRecord, TraceFormat, span_record
 from brickscope.offline._open import SpanStream, open_records, open_spans
 from brickscope.offline._output import AtomicOutput, OutputError, check_output, write_atomically
@@ -37,7 +37,9 @@ __all__ = [
     "TraceFileError",
     "TraceFormat",
     "TraceSource",
+    "UsageError",
     "check_output",
+    "one_line",
     "open_records",
     "open_spans",
     "replay",

@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The one error every offline reader raises for a file it cannot read."""
+"""The errors of the offline tools: a file that cannot be read (:class:`TraceFileError`) and
+bad arguments a subcommand finds after parsing (:class:`UsageError`), and the one-line form
+every message is printed in."""
 
 from __future__ import annotations
 
@@ -48,6 +50,11 @@ class TraceFileError(ValueError):
 
     def __reduce__(self):  # type: ignore[override]  # pickles with its keyword arguments
         return (_rebuild, (self.path, self.what, self.offset, self.line))
+
+
+class UsageError(ValueError):
+    """Bad arguments a ``brickscope`` subcommand finds after parsing: the command prints
+    ``str(error)`` on one line and exits with status 2 (docs/api.md, "Subcommands")."""
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")

@@ -1,30 +1,22 @@
 # SPDX-License-Identifier: Apache-2.0
-"""OpenTelemetry glue: brickscope's span processors and attribute conventions.
+"""brickscope's span attribute conventions (:mod:`brickscope.trace.attributes`).
 
-Example::
-
-    from brickscope.trace import CategoryAggregator
-    provider.add_span_processor(CategoryAggregator())
+The span processors that used to be importable from here live in :mod:`brickscope.sdk`;
+the names below still resolve, on first use (PEP 562), so that importing the conventions
+(as the offline tools and exporters do) never loads the OpenTelemetry SDK.
 """
 
 from typing import Any
 
 __all__ = ["SYNC_MODES", "CategoryAggregator", "GpuSyncSpanProcessor", "StepSampling"]
 
-# Loaded on first use (PEP 562): they import the OpenTelemetry SDK, which
-# ``import brickscope.trace.attributes`` (used by the offline tools) does not need.
-_LAZY = {
-    "CategoryAggregator": "brickscope.trace._aggregation",
-    "GpuSyncSpanProcessor": "brickscope.trace._sync",
-    "SYNC_MODES": "brickscope.trace._sync",
-    "StepSampling": "brickscope.trace._sampling",
-}
+#: Names kept for programs written against the earlier layout: ``brickscope.sdk`` is their home.
+_MOVED_TO_SDK = frozenset(__all__)
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    if name not in _MOVED_TO_SDK:
         raise AttributeError(f"module 'brickscope.trace' has no attribute {name!r}")
-    value = getattr(__import__("importlib").import_module(module), name)
+    value = getattr(__import__("importlib").import_module("brickscope.sdk"), name)
     globals()[name] = value
     return value

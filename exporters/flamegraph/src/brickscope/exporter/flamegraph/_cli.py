@@ -23,7 +23,7 @@ import os
 import sys
 from typing import Any
 
-from brickscope.cli import UsageError
+from brickscope.offline import UsageError
 from brickscope.exporter.flamegraph._exporter import FlamegraphSpanExporter
 from brickscope.exporter.flamegraph._folded import UNITS
 from brickscope.exporter.flamegraph._stacks import Stats

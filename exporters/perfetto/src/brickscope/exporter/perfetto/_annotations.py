@@ -27,12 +27,12 @@ import struct
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from brickscope import _native
+from brickscope import native
 
 from ._schema import META
 
 #: The C decoder of a packet's annotations (_fastread.c), or None: the Python code below.
-_fast = _native.load("brickscope.exporter.perfetto._fastread")
+_fast = native.load("brickscope.exporter.perfetto._fastread")
 
 _RESERVED_PREFIX = META + "."
 

@@ -28,8 +28,8 @@ from opentelemetry.trace import DEFAULT_TRACE_STATE, SpanContext, SpanKind, Stat
 from brickscope import _catalog, _kernel_sources, _otel_context
 from brickscope._clock import EPOCH_OFFSET_NS
 from brickscope._record import KIND_BRICK, KIND_KERNEL, KIND_LAYER, KIND_NAMES, KIND_STEP, Record, hotpath
-from brickscope.trace._counters import Counters
-from brickscope.trace._unsampled import self_time
+from brickscope.sdk.trace._counters import Counters
+from brickscope.sdk.trace._unsampled import self_time
 from brickscope.trace.attributes import (
     BRICK_CATEGORY,
     BRICK_ELEMENTS,

@@ -20,11 +20,11 @@ from time import thread_time_ns as _thread_time_ns
 from typing import Any
 
 from brickscope._record import Record
-from brickscope.trace._counters import Counters
-from brickscope.trace._recorder import Recorder
-from brickscope.trace._sdk import BATCH, SIMPLE, Downstream
-from brickscope.trace._spans import SpanBuilder
-from brickscope.trace._unsampled import UnsampledBricks
+from brickscope.sdk.trace._counters import Counters
+from brickscope.sdk.trace._recorder import Recorder
+from brickscope.sdk.trace._sdk import BATCH, SIMPLE, Downstream
+from brickscope.sdk.trace._spans import SpanBuilder
+from brickscope.sdk.trace._unsampled import UnsampledBricks
 
 _get_ident = threading.get_ident
 _PACE_EVERY = 128  # spans emitted between looks at the downstream queues

@@ -25,12 +25,13 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from brickscope import _environment, _kernel_sources, _record, _resource, _scope, _self_metrics, _state, propagation
+from brickscope.sdk import _environment, _resource, _self_metrics
+from brickscope import _kernel_sources, _record, _scope, _state, propagation
 from brickscope._clock import host_ns
 from brickscope import environment_variables as env
-from brickscope.trace._aggregation import CategoryAggregator, duration_histogram_mode
-from brickscope.trace._sampling import StepSampling
-from brickscope.trace._sync import RESOLVERS, SYNC_MODES, GpuSyncSpanProcessor
+from brickscope.sdk.trace._aggregation import CategoryAggregator, duration_histogram_mode
+from brickscope.sdk.trace._sampling import StepSampling
+from brickscope.sdk.trace._sync import RESOLVERS, SYNC_MODES, GpuSyncSpanProcessor
 
 logger = logging.getLogger(__name__)
 
@@ -281,7 +282,7 @@ def configure(
         _resource.extend_provider_resource(
             tracer_provider, {**_resource.process_attributes(), **_resource.gpu_attributes(timer)}
         )
-        _kernel_sources.publish(tracer_provider)
+        _publish_kernel_sources(_kernel_sources.resource_attributes(), tracer_provider)
         sync_processor = GpuSyncSpanProcessor(
             tracer_provider,
             sync_mode=sync_mode,
@@ -375,6 +376,21 @@ def _open_session_stats(metrics: Any) -> dict[str, int] | None:
 def current_session() -> Session | None:
     """The session configure() returned last, if it is still open."""
     return _session
+
+
+def _publish_kernel_sources(attributes: dict[str, str], provider: TracerProvider | None = None) -> None:
+    """Put the kernel-source registry on ``provider``'s resource (by default the live
+    session's), replacing an older registry; nothing when nothing is registered."""
+    if provider is None:
+        session = current_session()
+        if session is None:
+            return
+        provider = session.tracer_provider
+    if attributes:
+        _resource.replace_provider_resource_attributes(provider, attributes)
+
+
+_kernel_sources.set_listener(_publish_kernel_sources)
 
 
 def _meter_provider_from_environment(resource: Any) -> otel_metrics.MeterProvider | None:

@@ -32,9 +32,9 @@ from typing import Any, Callable, Sequence
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from brickscope.trace._export_bytes import byte_reader
-from brickscope.trace._sdk import provider_processors
-from brickscope.trace._spans import INSTRUMENTATION_SCOPE
+from brickscope.sdk.trace._export_bytes import byte_reader
+from brickscope.sdk.trace._sdk import provider_processors
+from brickscope.sdk.trace._spans import INSTRUMENTATION_SCOPE
 
 
 def ours(spans: Any) -> int:

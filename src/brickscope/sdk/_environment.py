@@ -4,7 +4,7 @@
 Example::
 
     # OTEL_TRACES_EXPORTER=otlp OTEL_METRICS_EXPORTER=otlp OTEL_SERVICE_NAME=decoder
-    from brickscope import _environment, _resource
+    from brickscope.sdk import _environment, _resource
     resource = _resource.create_resource()
     tracer_provider = _environment.tracer_provider_from_environment(resource)
     meter_provider = _environment.meter_provider_from_environment(resource)  # None: no exporter named

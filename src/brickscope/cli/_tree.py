@@ -17,12 +17,12 @@ import argparse
 import sys
 from typing import Any
 
-from brickscope.cli import EXIT_OK
-from brickscope.analysis._cli import _fail, _load
 from brickscope.analysis._engine import select
 from brickscope.analysis._graph import StepGraph, median_graph, step_graphs
 from brickscope.analysis._load import AnalysisError
 from brickscope.analysis._tree import FORMATS, SLACK_FRACTION, render_tree
+from brickscope.cli import EXIT_OK
+from brickscope.cli._report import _fail, _load
 
 
 def register_tree(subparsers: Any) -> None:

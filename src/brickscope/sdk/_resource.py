@@ -3,7 +3,7 @@
 
 Example::
 
-    from brickscope._resource import launcher_rank_attributes
+    from brickscope.sdk._resource import launcher_rank_attributes
     launcher_rank_attributes({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8"})
     # {'brickscope.rank': 3, 'brickscope.local_rank': 1, 'brickscope.world_size': 8}
 

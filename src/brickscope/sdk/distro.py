@@ -33,7 +33,7 @@ from typing import Any
 
 from opentelemetry.sdk._configuration import _OTelSDKConfigurator
 
-from brickscope import _config, _resource
+from brickscope.sdk import _config, _resource
 
 logger = logging.getLogger(__name__)
 

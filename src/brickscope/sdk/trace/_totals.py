@@ -46,7 +46,7 @@ from brickscope.trace.attributes import (
     METRIC_BRICK_SELF_TIME,
 )
 from brickscope._otel_context import EMPTY_CONTEXT, with_span
-from brickscope.trace import _sdk_metrics
+from brickscope.sdk.trace import _sdk_metrics
 from brickscope.version import __version__
 
 logger = logging.getLogger(__name__)

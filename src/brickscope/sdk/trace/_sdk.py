@@ -21,8 +21,8 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.sampling import Decision, ParentBased, StaticSampler
 
-from brickscope.trace._aggregation import CategoryAggregator
-from brickscope.trace._counters import Counters
+from brickscope.sdk.trace._aggregation import CategoryAggregator
+from brickscope.sdk.trace._counters import Counters
 
 try:  # the SDK's queue behind BatchSpanProcessor (1.34+); older SDKs: spans go one by one
     from opentelemetry.sdk._shared_internal import BatchProcessor as _SdkBatchProcessor

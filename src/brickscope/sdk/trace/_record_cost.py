@@ -41,8 +41,8 @@ def calibrate(records: int = RECORDS, clock: Callable[[], int] = time.thread_tim
     from opentelemetry.sdk.trace import TracerProvider
 
     from brickscope._scope import Brick, Step
-    from brickscope.trace._counters import Counters
-    from brickscope.trace._recorder import Recorder
+    from brickscope.sdk.trace._counters import Counters
+    from brickscope.sdk.trace._recorder import Recorder
 
     recorder = Recorder(
         TracerProvider(shutdown_on_exit=False),

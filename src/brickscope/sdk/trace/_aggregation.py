@@ -39,7 +39,7 @@ from brickscope import environment_variables as env
 from brickscope._record import hotpath
 from brickscope.analysis._backend import PythonBackend, get_backend
 from brickscope.analysis._table import Table, TableBuilder
-from brickscope.trace import _totals
+from brickscope.sdk.trace import _totals
 from brickscope.trace import attributes as A
 from brickscope.trace.attributes import (
     BRICK_CATEGORY,

@@ -21,15 +21,14 @@ import os
 import sys
 from typing import Any
 
-from brickscope.cli import EXIT_BAD_INPUT, EXIT_OK, UsageError
-from brickscope.offline import Progress
-from brickscope.offline._errors import one_line
-from brickscope.analysis._divergence import divergence
 from brickscope.analysis._diff import ALPHA, MIN_CHANGE_PCT, compare
+from brickscope.analysis._divergence import divergence
 from brickscope.analysis._engine import analyse, select
 from brickscope.analysis._load import AnalysisError, load
 from brickscope.analysis._peaks import Peak
 from brickscope.analysis._render import FORMATS, render, render_comparison
+from brickscope.cli import EXIT_BAD_INPUT, EXIT_OK, UsageError
+from brickscope.offline import Progress, one_line
 
 
 def register_report(subparsers: Any) -> None:

@@ -26,6 +26,7 @@ import sys
 from importlib.metadata import entry_points
 from typing import Sequence
 
+from brickscope.offline._errors import UsageError
 from brickscope.version import __version__
 
 EXIT_OK = 0
@@ -39,10 +40,6 @@ _OPTIONAL = {
     "merge": "brickscope-exporter-perfetto",
     "flamegraph": "brickscope-exporter-flamegraph",
 }
-
-
-class UsageError(ValueError):
-    """Bad arguments found by a subcommand after parsing (exit status 2)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,11 +107,7 @@ def _os_error(error: OSError) -> str:
 
 
 def _fail(name: str, message: str, status: int) -> int:
-    from brickscope.offline._errors import one_line
+    from brickscope.offline import one_line
 
     print(one_line(f"{name}: {message}"), file=sys.stderr)
     return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())

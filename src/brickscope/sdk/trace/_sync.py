@@ -4,10 +4,10 @@ and emits them as ordinary ended spans through the TracerProvider's processors.
 
 It is the SDK-facing shell around four parts, each in its own module:
 
-- :mod:`~brickscope.trace._recorder`: the hot path (scope enter/exit, the scope stack);
-- :mod:`~brickscope.trace._resolution`: sync points (waiting for the GPU, in order);
-- :mod:`~brickscope.trace._spans`: a resolved record into a ``ReadableSpan``;
-- :mod:`~brickscope.trace._sdk`: handing spans to the provider's processors, and
+- :mod:`~brickscope.sdk.trace._recorder`: the hot path (scope enter/exit, the scope stack);
+- :mod:`~brickscope.sdk.trace._resolution`: sync points (waiting for the GPU, in order);
+- :mod:`~brickscope.sdk.trace._spans`: a resolved record into a ``ReadableSpan``;
+- :mod:`~brickscope.sdk.trace._sdk`: handing spans to the provider's processors, and
   every private SDK attribute brickscope reads.
 
 Example::
@@ -23,16 +23,16 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
-from brickscope.trace import _delivery
-from brickscope.trace._counters import Counters
-from brickscope.trace._record_cost import per_record_ns
-from brickscope.trace._recorder import CLOSE_ACTIONS, LATE, Recorder
-from brickscope.trace._resolution import Resolver
-from brickscope.trace._sampling import StepSampling
-from brickscope.trace._sdk import Downstream
-from brickscope.trace._spans import SpanBuilder
-from brickscope.trace._unsampled import UnsampledBricks
-from brickscope.trace._worker import ResolverThread
+from brickscope.sdk.trace import _delivery
+from brickscope.sdk.trace._counters import Counters
+from brickscope.sdk.trace._record_cost import per_record_ns
+from brickscope.sdk.trace._recorder import CLOSE_ACTIONS, LATE, Recorder
+from brickscope.sdk.trace._resolution import Resolver
+from brickscope.sdk.trace._sampling import StepSampling
+from brickscope.sdk.trace._sdk import Downstream
+from brickscope.sdk.trace._spans import SpanBuilder
+from brickscope.sdk.trace._unsampled import UnsampledBricks
+from brickscope.sdk.trace._worker import ResolverThread
 
 #: Sync policies: when pending records are resolved into spans.
 SYNC_MODES = tuple(CLOSE_ACTIONS)
