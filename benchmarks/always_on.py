@@ -31,8 +31,8 @@ several kernel durations, in deferred mode with inline resolution (the default,
 and what docs/deploy.md recommends for launch-bound loops), as the median step
 time's overhead over the uninstrumented loop, in percent;
 ``launch_bound_overhead_pct_resolver_thread`` is the same with ``resolver="thread"``
-(the headline key until session 7: under the GIL the thread cannot overlap the
-launches, and costs more than inline there).
+(under the GIL the thread cannot overlap the launches, and costs more than inline
+there).
 
 Usage::
 

@@ -326,12 +326,12 @@ def measure_cuda(iterations: int, repeats: int) -> dict[str, float]:
 
 TARGETS = (
     ("brick", "otel_start_as_current_span", 0.1, "brick <= 1/10 of otel_start_as_current_span"),
-    ("brick", "empty_with", 5.0, "brick <= 5x empty_with (issue 16)"),
-    ("brick_disabled", "empty_with", 1.5, "brick_disabled <= 1.5x empty_with (issue 16)"),
-    ("brick_full_pipeline", "otel_start_as_current_span", 1 / 5, "brick_full_pipeline <= 1/5 of otel_start_as_current_span (issue 16)"),
+    ("brick", "empty_with", 5.0, "brick <= 5x empty_with"),
+    ("brick_disabled", "empty_with", 1.5, "brick_disabled <= 1.5x empty_with"),
+    ("brick_full_pipeline", "otel_start_as_current_span", 1 / 5, "brick_full_pipeline <= 1/5 of otel_start_as_current_span"),
 )
 ABSOLUTE_TARGETS = (
-    ("brick_cuda", 1000, "brick_cuda <= 1.0 us (beyond the driver's two cuEventRecord calls; issue 16)"),
+    ("brick_cuda", 1000, "brick_cuda <= 1.0 us (beyond the driver's two cuEventRecord calls)"),
     ("torch_module_beyond_brick", 2000, "torch_module_beyond_brick <= 2 us (an instrumented module call beyond a bare brick)"),
 )
 # Derived figures: (name, function of the results or None when its inputs are missing).

@@ -19,7 +19,7 @@ VmHWM of that process, written at exit by ``_peak.py``; Linux) and wall time of:
   which holds columns for every span: it grows with the trace by design);
 - ``baseline``: an interpreter that imports the same modules and reads nothing.
 
-The target (issue 12) is under 300 MB for a 1 GB trace in ``flamegraph``,
+The target is under 300 MB for a 1 GB trace in ``flamegraph``,
 ``convert`` and reading. Wall times are for orientation only (shared machine).
 """
 
