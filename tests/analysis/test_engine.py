@@ -270,7 +270,7 @@ def test_malformed_attribute_values_do_not_shift_columns(backend):
 
 
 def test_span_tree_adjacency(trace, backend):
-    """children(): the tree issue 14 walks. Rows are the spans in load order (span id - 1 here):
+    """children(): the span tree the step graphs walk. Rows are the spans in load order (span id - 1 here):
     rank 0's step 0 holds its gemm and all-reduce, the ffn holds a gemm, a gemm holds the kernel."""
     table = _table(trace, backend)
     be = table.backend

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Attributes, events and status added to an open scope reach its span (issue 14, item 6)."""
+"""Attributes, events and status added to an open scope reach its span."""
 
 from __future__ import annotations
 
