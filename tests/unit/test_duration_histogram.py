@@ -11,7 +11,9 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from brickscope._otel_context import EMPTY_CONTEXT, with_span
-from brickscope.sdk.trace import _sdk_metrics, _totals
+from brickscope import native
+from brickscope.sdk import _otel_internals
+from brickscope.sdk.trace import _totals
 from brickscope.trace import attributes as A
 from brickscope.sdk.trace._aggregation import DURATION_BUCKETS_S
 
@@ -57,7 +59,7 @@ class TestDurationHistogram:
         """Bucket counts, count, sum, min and max of each (brick, category) are those of its values."""
         reader = InMemoryMetricReader()
         _, histogram = setup(reader)
-        assert histogram.direct == _sdk_metrics.CHECKED_SDK  # (an SDK release not checked: every value recorded)
+        assert histogram.direct == (native.implementations()["sdk.histogram"].in_use == "fast")  # (not checked: per value)
         histogram.add_many(VALUES)
         found = points(reader)
         norm = found["rms_norm"]
@@ -106,7 +108,8 @@ class TestDurationHistogram:
 
     def test_an_sdk_release_not_checked_gets_every_value_through_the_sdk(self, monkeypatch):
         """Private names may stay and change meaning in another release: only checked ones are added to."""
-        monkeypatch.setattr(_sdk_metrics, "CHECKED_SDK", False)
+        monkeypatch.setattr(_otel_internals, "SDK_VERSION", "1.99.0")
+        monkeypatch.setattr(_otel_internals.FAST_PATHS["sdk.histogram"], "on", None)
         reader = InMemoryMetricReader()
         _, histogram = setup(reader)
         assert not histogram.direct

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 import brickscope as bs
 from brickscope.testing import SequentialIdGenerator, reset_globals
+from brickscope.sdk import _otel_internals
 from brickscope.sdk.trace import _aggregation, _sdk, _spans
 from brickscope.trace import attributes as A
 from brickscope.sdk.trace._aggregation import CategoryAggregator
@@ -153,14 +154,14 @@ class TestEmitBatch:
         """_sdk_batch_queue finds the SDK's own queue, and nothing for a processor whose on_end
         or whose queue's emit is not the SDK's."""
         plain = BatchSpanProcessor(InMemorySpanExporter())
-        assert _sdk._sdk_batch_queue(plain) is plain._batch_processor  # noqa: SLF001
+        assert _otel_internals.sdk_batch_queue(plain) is plain._batch_processor  # noqa: SLF001
 
         class Overriding(BatchSpanProcessor):
             def on_end(self, span: ReadableSpan) -> None:
                 super().on_end(span)
 
-        assert _sdk._sdk_batch_queue(Overriding(InMemorySpanExporter())) is None  # noqa: SLF001
-        assert _sdk._sdk_batch_queue(SimpleSpanProcessor(InMemorySpanExporter())) is None  # noqa: SLF001
+        assert _otel_internals.sdk_batch_queue(Overriding(InMemorySpanExporter())) is None  # noqa: SLF001
+        assert _otel_internals.sdk_batch_queue(SimpleSpanProcessor(InMemorySpanExporter())) is None  # noqa: SLF001
         plain.shutdown()
 
 

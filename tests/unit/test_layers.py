@@ -79,3 +79,59 @@ print(json.dumps(loaded))
 """
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(result.stdout.splitlines()[-1]) == []
+
+
+#: Where OpenTelemetry's private internals may be used: the SDK boundary, and the API layer's
+#: context fast path (it must import without the SDK layer), for the API privates it names.
+OTEL_BOUNDARY = "sdk/_otel_internals.py"
+API_PRIVATES = {"_otel_context.py": {"_RUNTIME_CONTEXT", "_current_context", "_SPAN_KEY"}}
+
+
+def otel_private_uses(source: str) -> set[str]:
+    """What ``source`` uses of OpenTelemetry's internals: ``_internal`` modules, private names
+    imported from ``opentelemetry``, the boundary's private attribute names read, written or
+    named in getattr/hasattr/setattr (any receiver but ``self``/``cls``)."""
+    import ast
+
+    from brickscope.sdk._otel_internals import PRIVATE_NAMES
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("opentelemetry"):
+            if any(part.startswith("_") for part in node.module.split(".")):
+                found.add(node.module)
+            found.update(alias.name for alias in node.names if alias.name.startswith("_"))
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("opentelemetry") and "._" in a.name)
+        elif isinstance(node, ast.Attribute) and node.attr in PRIVATE_NAMES:
+            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                found.add(node.attr)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr", "hasattr", "setattr"):
+            if len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value in PRIVATE_NAMES:
+                found.add(node.args[1].value)
+    return found
+
+
+def test_only_the_boundary_uses_opentelemetry_internals():
+    """No core module but sdk/_otel_internals.py reaches into OpenTelemetry's privates
+    (the API layer's context fast path excepted, for the API names it declares)."""
+    package = ROOT / "src" / "brickscope"
+    outside = {}
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        if relative == OTEL_BOUNDARY:
+            continue
+        uses = otel_private_uses(path.read_text()) - API_PRIVATES.get(relative, set())
+        if uses:
+            outside[relative] = sorted(uses)
+    assert outside == {}
+
+
+def test_the_internals_check_catches_a_violation():
+    """The scan above sees each kind of private use it is meant to forbid."""
+    assert otel_private_uses("from opentelemetry.sdk._shared_internal import BatchProcessor") == {"opentelemetry.sdk._shared_internal"}
+    assert otel_private_uses("from opentelemetry.sdk.metrics._internal.aggregation import X") == {"opentelemetry.sdk.metrics._internal.aggregation"}
+    assert otel_private_uses("from opentelemetry.sdk._configuration import _get_sampler") == {"opentelemetry.sdk._configuration", "_get_sampler"}
+    assert otel_private_uses("p._active_span_processor._span_processors") == {"_active_span_processor", "_span_processors"}
+    assert otel_private_uses("getattr(p, '_batch_processor', None)") == {"_batch_processor"}
+    assert otel_private_uses("self._batch_processor = None") == set()

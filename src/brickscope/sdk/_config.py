@@ -25,7 +25,7 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from brickscope.sdk import _environment, _resource, _self_metrics
+from brickscope.sdk import _environment, _otel_internals, _resource, _self_metrics
 from brickscope import _kernel_sources, _record, _scope, _state, propagation
 from brickscope._clock import host_ns
 from brickscope import environment_variables as env
@@ -432,15 +432,11 @@ def _make_timer(clock: str, enabled: bool) -> tuple[Any, str | None]:
 
 def _install_first(provider: TracerProvider, processor: GpuSyncSpanProcessor) -> None:
     """Put ``processor`` in front of the provider's processors (the SDK only appends)."""
-    multi = provider._active_span_processor  # noqa: SLF001 - no public way to order processors
-    with multi._lock:  # noqa: SLF001
-        multi._span_processors = (processor,) + multi._span_processors  # noqa: SLF001
+    _otel_internals.install_first(provider, processor)
 
 
 def _remove_processors(provider: TracerProvider, processors: tuple) -> None:
-    multi = provider._active_span_processor  # noqa: SLF001
-    with multi._lock:  # noqa: SLF001
-        multi._span_processors = tuple(p for p in multi._span_processors if p not in processors)  # noqa: SLF001
+    _otel_internals.remove_processors(provider, processors)
 
 
 #: The most interpreter exit waits for brickscope: pending scopes resolved and exported.

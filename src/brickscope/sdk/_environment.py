@@ -25,14 +25,6 @@ import os
 from importlib import metadata
 
 from opentelemetry.environment_variables import OTEL_METRICS_EXPORTER, OTEL_PYTHON_ID_GENERATOR, OTEL_TRACES_EXPORTER
-from opentelemetry.sdk._configuration import (
-    _get_exporter_names,
-    _get_id_generator,
-    _get_sampler,
-    _import_exporters,
-    _import_id_generator,
-    _import_sampler,
-)
 from opentelemetry.sdk.environment_variables import (
     OTEL_BSP_MAX_QUEUE_SIZE,
     OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
@@ -49,6 +41,15 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import Sampler
+
+from brickscope.sdk._otel_internals import (
+    get_exporter_names,
+    get_id_generator,
+    get_sampler,
+    import_exporters,
+    import_id_generator,
+    import_sampler,
+)
 
 _PROTOCOL_VARIABLES = {
     "traces": (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL),
@@ -149,7 +150,7 @@ def _exporter_classes(signal: str) -> list[type]:
     """The exporter classes the environment names for ``signal``, through the SDK's entry points."""
     variable = _EXPORTER_VARIABLE[signal]
     try:
-        names = _get_exporter_names(signal)  # resolves "otlp" to otlp_proto_grpc / otlp_proto_http
+        names = get_exporter_names(signal)  # resolves "otlp" to otlp_proto_grpc / otlp_proto_http
     except RuntimeError as exc:  # an unknown OTLP protocol
         protocol, general = _PROTOCOL_VARIABLES[signal]
         raise ValueError(
@@ -158,7 +159,7 @@ def _exporter_classes(signal: str) -> list[type]:
     if not names:
         return []
     try:
-        span_exporters, metric_exporters, _ = _import_exporters(
+        span_exporters, metric_exporters, _ = import_exporters(
             names if signal == "traces" else [], names if signal == "metrics" else [], []
         )
     except RuntimeError as exc:
@@ -173,7 +174,7 @@ def _exporter_classes(signal: str) -> list[type]:
 
 def _sampler() -> Sampler | None:
     """The sampler ``OTEL_TRACES_SAMPLER`` names (None: the SDK default), checked first."""
-    name = (_get_sampler() or "").strip()
+    name = (get_sampler() or "").strip()
     if not name:
         return None
     known = sorted({ep.name for ep in metadata.entry_points(group="opentelemetry_traces_sampler")})
@@ -190,7 +191,7 @@ def _sampler() -> Sampler | None:
                 f"brickscope: {OTEL_TRACES_SAMPLER_ARG}={raw!r} is not a ratio between 0 and 1 "
                 f"(for {OTEL_TRACES_SAMPLER}={name})"
             )
-    sampler = _import_sampler(name)
+    sampler = import_sampler(name)
     if sampler is None:  # the SDK logged why
         raise ValueError(f"brickscope: {OTEL_TRACES_SAMPLER}={name!r} could not be created (see the log)")
     return sampler
@@ -198,8 +199,8 @@ def _sampler() -> Sampler | None:
 
 def _id_generator() -> IdGenerator:
     """The id generator ``OTEL_PYTHON_ID_GENERATOR`` names (default: random)."""
-    name = _get_id_generator()
+    name = get_id_generator()
     try:
-        return _import_id_generator(name)
+        return import_id_generator(name)
     except RuntimeError as exc:
         raise ValueError(f"brickscope: {OTEL_PYTHON_ID_GENERATOR}={name!r}: {exc}") from None

@@ -30,6 +30,7 @@ from typing import Any
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource, ResourceDetector
 from opentelemetry.sdk.trace import TracerProvider
 
+from brickscope.sdk import _otel_internals
 from brickscope.trace.attributes import GPU_DEVICE_NAMES, HOST_NAME, LOCAL_RANK, RANK, WORLD_SIZE
 
 logger = logging.getLogger(__name__)
@@ -123,22 +124,14 @@ def extend_provider_resource(provider: TracerProvider, attributes: Mapping[str, 
     additions = {key: value for key, value in attributes.items() if key not in resource.attributes}
     if not additions:
         return resource
-    update = getattr(provider, "_update_resource", None)
-    if update is not None:  # recent SDKs (1.45 has it): also updates the tracers handed out
-        update(Resource(additions))
-    else:  # older SDKs keep the resource in a private attribute only
-        provider._resource = resource.merge(Resource(additions))  # noqa: SLF001
+    _otel_internals.update_provider_resource(provider, Resource(additions))
     return provider.resource
 
 
 def replace_provider_resource_attributes(provider: TracerProvider, attributes: Mapping[str, Any]) -> Resource:
     """Set ``attributes`` on the provider's resource, replacing values it has (brickscope's own
     keys that change during a run: the kernel source registry); returns the new resource."""
-    update = getattr(provider, "_update_resource", None)
-    if update is not None:  # merge: the update's values win
-        update(Resource(dict(attributes)))
-    else:
-        provider._resource = provider.resource.merge(Resource(dict(attributes)))  # noqa: SLF001
+    _otel_internals.update_provider_resource(provider, Resource(dict(attributes)))  # its values win
     return provider.resource
 
 

@@ -31,16 +31,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from opentelemetry.sdk._configuration import _OTelSDKConfigurator
-
 from brickscope.sdk import _config, _resource
+from brickscope.sdk._otel_internals import SdkConfigurator
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["BrickscopeConfigurator", "install"]
 
 
-class BrickscopeConfigurator(_OTelSDKConfigurator):
+class BrickscopeConfigurator(SdkConfigurator):
     """The SDK configurator, plus brickscope's resource attributes and processors.
 
     Selected by ``opentelemetry-instrument`` when it is the only configurator

@@ -39,6 +39,7 @@ from brickscope import environment_variables as env
 from brickscope._record import hotpath
 from brickscope.analysis._backend import PythonBackend, get_backend
 from brickscope.analysis._table import Table, TableBuilder
+from brickscope.sdk import _otel_internals
 from brickscope.sdk.trace import _totals
 from brickscope.trace import attributes as A
 from brickscope.trace.attributes import (
@@ -50,11 +51,6 @@ from brickscope.trace.attributes import (
     SCOPE_KIND_BRICK,
 )
 from brickscope.version import __version__
-
-try:  # the API's proxy instruments (what the global meter provider gives before an SDK is set)
-    from opentelemetry.metrics._internal.instrument import _ProxyInstrument
-except ImportError:  # pragma: no cover - depends on the API version
-    _ProxyInstrument = None
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +68,7 @@ def _records_nothing(histogram: Any) -> bool:
     instrument once one is, so this is asked per batch)."""
     if isinstance(histogram, NoOpHistogram):
         return True
-    return _ProxyInstrument is not None and isinstance(histogram, _ProxyInstrument) and not histogram._real_instrument  # noqa: SLF001
+    return _otel_internals.proxy_without_sdk(histogram)
 
 
 #: Histogram boundaries, seconds: 1 us to 10 s in 1-2.5-5 steps. The SDK's defaults

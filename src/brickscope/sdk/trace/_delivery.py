@@ -30,10 +30,10 @@ import threading
 from typing import Any, Callable, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from brickscope.sdk.trace._export_bytes import byte_reader
-from brickscope.sdk.trace._sdk import provider_processors
+from brickscope.sdk._otel_internals import provider_processors, swap_batch_exporter
 from brickscope.sdk.trace._spans import INSTRUMENTATION_SCOPE
 
 
@@ -153,11 +153,10 @@ def wrap_exporters(provider: TracerProvider) -> list[Account]:
     for processor in provider_processors(provider):
         if isinstance(processor, SimpleSpanProcessor):
             processor.span_exporter, account = _counting(processor.span_exporter, None)
-        elif isinstance(processor, BatchSpanProcessor) and hasattr(processor, "_batch_processor"):
-            batch = processor._batch_processor  # noqa: SLF001 - the exporter has no setter
-            batch._exporter, account = _counting(batch._exporter, batch._queue)  # noqa: SLF001
         else:
-            continue
+            account = swap_batch_exporter(processor, _counting)  # the SDK has no setter
+            if account is None:
+                continue
         accounts.append(account)
     return accounts
 

@@ -6,8 +6,8 @@
 - the official OTLP/HTTP exporter, or a subclass of it (brickscope-exporter-otlp's): the
   request bodies it hands its HTTP transport
   (compressed if it compresses; retries count again: bytes put on the wire), counted by
-  wrapping that transport (``exporter._client._transport``: a private attribute of
-  opentelemetry-exporter-otlp-proto-http 1.45, read here only);
+  wrapping that transport (a private attribute of opentelemetry-exporter-otlp-proto-http,
+  reached through :func:`brickscope.sdk._otel_internals.otlp_http_transport`);
 - anything else (OTLP/gRPC, console, in-memory): not knowable, not reported.
 
 Example::
@@ -19,6 +19,8 @@ Example::
 from __future__ import annotations
 
 from typing import Any, Callable
+
+from brickscope.sdk._otel_internals import otlp_http_transport
 
 
 class CountingTransport:
@@ -50,12 +52,4 @@ def byte_reader(exporter: Any) -> Callable[[], int] | None:
 def _otlp_http_transport(exporter: Any) -> CountingTransport | None:
     """The transport of the official OTLP/HTTP exporter (or a subclass), wrapped once in a
     CountingTransport."""
-    if not any(cls.__module__.startswith("opentelemetry.exporter.otlp.proto.http") for cls in type(exporter).__mro__):
-        return None
-    client = getattr(exporter, "_client", None)
-    transport = getattr(client, "_transport", None)
-    if transport is None or not callable(getattr(transport, "request", None)):
-        return None  # another version's layout: not knowable
-    if not isinstance(transport, CountingTransport):
-        transport = client._transport = CountingTransport(transport)  # noqa: SLF001
-    return transport
+    return otlp_http_transport(exporter, lambda t: t if isinstance(t, CountingTransport) else CountingTransport(t))

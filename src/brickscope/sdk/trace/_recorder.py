@@ -30,7 +30,7 @@ from brickscope import _otel_context, _record
 from brickscope._clock import perf_counter_ns
 from brickscope._record import KIND_BRICK, KIND_STEP, Record
 from brickscope.sdk.trace._counters import Counters
-from brickscope.sdk.trace._sdk import static_root_decision
+from brickscope.sdk._otel_internals import static_root_decision
 from brickscope.trace.attributes import CLOCK_CUDA, CLOCK_HOST
 
 _SCOPE_SPAN = _otel_context.ScopeSpan(_record.TOP.get)

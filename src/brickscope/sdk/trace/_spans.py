@@ -28,6 +28,7 @@ from opentelemetry.trace import DEFAULT_TRACE_STATE, SpanContext, SpanKind, Stat
 from brickscope import _catalog, _kernel_sources, _otel_context
 from brickscope._clock import EPOCH_OFFSET_NS
 from brickscope._record import KIND_BRICK, KIND_KERNEL, KIND_LAYER, KIND_NAMES, KIND_STEP, Record, hotpath
+from brickscope.sdk import _otel_internals
 from brickscope.sdk.trace._counters import Counters
 from brickscope.sdk.trace._unsampled import self_time
 from brickscope.trace.attributes import (
@@ -248,34 +249,16 @@ _MAKER_KEYS = (
     GPU_STREAM_ID, GPU_TIMING_ERROR, CLOCK, BRICK_NAME, BRICK_CATEGORY, LAYER_INDEX, STEP_NUMBER,
     BRICK_SELF_DURATION_NS, BRICK_ELEMENTS, KERNEL_NAME, KERNEL_SOURCE_HASH,
 )  # fmt: skip
-#: What ReadableSpan.__init__ stores, in its order (``F_*``); checked on a probe span below.
-_SPAN_FIELDS = (
-    "_name", "_context", "_kind", "_instrumentation_info", "_instrumentation_scope", "_parent", "_start_time",
-    "_end_time", "_attributes", "_events", "_links", "_resource", "_status",
-)  # fmt: skip
-
-
-def _init_stores_fields() -> bool:
-    """Whether this SDK's ReadableSpan.__init__ only stores its arguments in :data:`_SPAN_FIELDS`
-    (what the C maker writes instead of running it), and ``__new__`` is object's."""
-    try:
-        context = SpanContext(0x1234, 0x5678, False)
-        resource = object()
-        probe = ReadableSpan(
-            name="n", context=context, parent=None, resource=resource, attributes={"a": 1}, events=(),
-            kind=SpanKind.INTERNAL, status=_UNSET, start_time=1, end_time=2, instrumentation_scope=INSTRUMENTATION_SCOPE,
-        )  # fmt: skip
-        expected = ("n", context, SpanKind.INTERNAL, None, INSTRUMENTATION_SCOPE, None, 1, 2, {"a": 1}, (), (), resource, _UNSET)
-        return ReadableSpan.__new__ is object.__new__ and vars(probe) == dict(zip(_SPAN_FIELDS, expected))
-    except Exception:  # noqa: BLE001 - any surprise: the Python builder
-        return False
+#: What ReadableSpan.__init__ stores, in its order (``F_*``), or None where the C maker may
+#: not write them (the ``sdk.readable_span`` fast path, probed in _otel_internals).
+_SPAN_FIELDS = _otel_internals.readable_span_fields(INSTRUMENTATION_SCOPE) if hotpath is not None else None
 
 
 _MAKER_USABLE = (
     hotpath is not None
     and hasattr(hotpath, "SpanMaker")
     and _otel_context.sampled_context is _otel_context._fast_sampled_context  # noqa: SLF001
-    and _init_stores_fields()
+    and _SPAN_FIELDS is not None
 )
 
 

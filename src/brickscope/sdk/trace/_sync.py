@@ -7,8 +7,8 @@ It is the SDK-facing shell around four parts, each in its own module:
 - :mod:`~brickscope.sdk.trace._recorder`: the hot path (scope enter/exit, the scope stack);
 - :mod:`~brickscope.sdk.trace._resolution`: sync points (waiting for the GPU, in order);
 - :mod:`~brickscope.sdk.trace._spans`: a resolved record into a ``ReadableSpan``;
-- :mod:`~brickscope.sdk.trace._sdk`: handing spans to the provider's processors, and
-  every private SDK attribute brickscope reads.
+- :mod:`~brickscope.sdk.trace._sdk`: handing spans to the provider's processors (every
+  private SDK attribute is read in :mod:`brickscope.sdk._otel_internals`).
 
 Example::
 

@@ -12,7 +12,7 @@ The ``brickscope.brick.duration`` histogram is aggregated here as well
 (:class:`DurationHistogram`: bucket counts, sum, min and max per (brick, category), about
 a microsecond a value) and handed to the SDK's histogram once per collection, one
 ``record()`` per (brick, category, bucket) plus the bucket's other values added to the
-points that record reached (``_sdk_metrics``): the same exact points, exemplars and
+points that record reached (``sdk/_otel_internals.py``): the same exact points, exemplars and
 views as one ``record()`` per value, which cost ~5 us each. Where that is not exact (a
 View with other buckets, an attribute filter, another SDK's layout), one ``record()``
 per value as before.
@@ -46,7 +46,7 @@ from brickscope.trace.attributes import (
     METRIC_BRICK_SELF_TIME,
 )
 from brickscope._otel_context import EMPTY_CONTEXT, with_span
-from brickscope.sdk.trace import _sdk_metrics
+from brickscope.sdk import _otel_internals
 from brickscope.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -182,7 +182,7 @@ class DurationHistogram:
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, str], _Buckets] = {}
         self._labels: dict[tuple[str, str], dict[str, str]] = {}
-        self.direct = _sdk_metrics.can_add_points(meter_provider, instrument, self._bounds)
+        self.direct = _otel_internals.can_add_points(meter_provider, instrument, self._bounds)
         self._warned = False
 
     def _labels_of(self, key: tuple[str, str]) -> dict[str, str]:
@@ -248,7 +248,7 @@ class DurationHistogram:
                     extra[bucket] -= 1
                     recorded_ns += self_ns
                 if any(extra):
-                    exact = _sdk_metrics.add_to_points(
+                    exact = _otel_internals.add_to_points(
                         self._meter_provider, self.instrument, labels, extra,
                         (buckets.sum_ns - recorded_ns) / 1e9, buckets.min_ns / 1e9, buckets.max_ns / 1e9,
                     )  # fmt: skip
