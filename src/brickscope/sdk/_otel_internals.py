@@ -11,7 +11,10 @@ checks it). The one policy every fast path follows:
 
 (a) **Checked releases.** Each fast path names the ``opentelemetry-sdk`` releases its
     private layout was read against and tested with (:data:`CHECKED`, by minor release,
-    both ends included). The release is ``opentelemetry.sdk.version.__version__``
+    both ends included). Outside them a fast path whose fallback only costs speed is off;
+    the two whose fallback loses a function (listing and ordering the provider's
+    processors, below) let the probe decide and say, in one warning and in
+    :func:`brickscope.implementations`, that they run on an unchecked release. The release is ``opentelemetry.sdk.version.__version__``
     (:data:`SDK_VERSION`); the API and the official exporters are released with the
     SDK and pinned to it, so one version covers the few API and OTLP exporter privates too.
 (b) **A probe at first use.** The first time a fast path is asked, its probe checks the
@@ -30,8 +33,10 @@ Two accesses have no public fallback at all, and a library should not guess ther
 - ``sdk.span_processors``: brickscope builds ended spans itself and hands them to the
   provider's processors, as the SDK does when a span ends; the SDK has no public way to
   list them (``SynchronousMultiSpanProcessor._span_processors``). Without it brickscope
-  could only drop its spans, so constructing its processor **raises** ``ValueError`` at
-  configure time, saying which release is installed and which were checked. Failing at
+  could only drop its spans, so when the layout probe fails constructing its processor
+  **raises** ``ValueError`` at configure time, saying which release is installed and
+  which were checked. On a newer release whose layout still passes the probe it runs,
+  with one warning: an SDK upgrade must not stop a program whose SDK still has the layout. Failing at
   setup is the SDK's own error policy; silently exporting nothing is not an option.
 - ``sdk.processor_order`` *has* a fallback: brickscope's processor goes first so that
   the provider's ``force_flush``/``shutdown`` resolve pending scopes before the export
@@ -188,7 +193,14 @@ class _FastPath:
     """One fast path's state: decided at first use (release, then probe), kept after."""
 
     def __init__(
-        self, name: str, fallback: str, probe: Callable[[Any], str | None], level: int = logging.INFO, *, each: bool = False
+        self,
+        name: str,
+        fallback: str,
+        probe: Callable[[Any], str | None],
+        level: int = logging.INFO,
+        *,
+        each: bool = False,
+        probe_unchecked: bool = False,
     ) -> None:
         self.name = name
         self.fallback = fallback
@@ -196,6 +208,9 @@ class _FastPath:
         self.level = level
         #: Probe every object asked about, not only the first (set-up paths: cheap, rare).
         self.each = each
+        #: On a release outside CHECKED, let the probe decide (with a warning) instead of
+        #: turning the path off: for paths whose fallback loses a function, not just speed.
+        self.probe_unchecked = probe_unchecked
         self.on: bool | None = None
 
     def usable(self, subject: Any) -> bool:
@@ -207,13 +222,24 @@ class _FastPath:
     def _decide(self, subject: Any) -> bool:
         (lo, hi) = CHECKED[self.name]
         release = _release(SDK_VERSION)
-        if release is None or not lo <= release <= hi:
+        unchecked = release is None or not lo <= release <= hi
+        if unchecked and not self.probe_unchecked:
             reason = f"opentelemetry-sdk {SDK_VERSION} is outside the releases checked ({lo[0]}.{lo[1]}-{hi[0]}.{hi[1]})"
         else:
             try:
                 reason = self.probe(subject)
             except Exception as exc:  # noqa: BLE001 - any surprise is a failed probe
                 reason = f"layout probe failed: {type(exc).__name__}: {exc}"
+        if reason is None and unchecked:
+            self.on = True
+            note = (
+                f"opentelemetry-sdk {SDK_VERSION} is outside the releases checked ({lo[0]}.{lo[1]}-{hi[0]}.{hi[1]}); "
+                "its layout probe passed"
+            )
+            if native.implementations().get(self.name) != native.Implementation("fast", note):
+                native.note(self.name, "fast", note)
+                logger.warning("brickscope: fast path %s on an unchecked release: %s", self.name, note)
+            return True
         if reason is None:
             self.on = True
             native.note(self.name, "fast")
@@ -260,7 +286,7 @@ _LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
 
 _span_processors = _FastPath(
     "sdk.span_processors", "brickscope cannot hand its spans to the provider's processors", _probe_span_processors,
-    logging.ERROR, each=True,
+    logging.ERROR, each=True, probe_unchecked=True,
 )  # fmt: skip
 _processor_order = _FastPath(
     "sdk.processor_order",
@@ -270,6 +296,7 @@ _processor_order = _FastPath(
     _probe_processor_order,
     logging.WARNING,
     each=True,
+    probe_unchecked=True,
 )
 
 
