@@ -5,6 +5,7 @@ kernel), ``event`` (an instant event) and ``sync`` (a sync point)."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 from brickscope import _otel_context, _scope_data, _state
@@ -126,7 +127,7 @@ class Tile:
 _TILE_LEVELS = ("macro", "midi", "micro")
 
 
-def tile(level: str, elements: int = 0) -> Any:
+def tile(level: str, elements: int = 0) -> AbstractContextManager[object]:
     """A tile of a cache-blocked CPU or SIMD kernel: ``level`` ``"macro"``, ``"midi"`` or ``"micro"``.
 
     No span per tile: each tile adds its host-clock duration and ``elements`` to the

@@ -8,7 +8,7 @@ from typing import Any
 
 from brickscope import _state
 from brickscope._scope._entry import _entry, _make_entry
-from brickscope._scope._scopes import Brick, Kernel, Layer, Step, _hot
+from brickscope._scope._scopes import Brick, Kernel, Layer, Scope, Step, _hot
 
 
 # Scope objects are immutable and stateless, so the factories hand out one shared
@@ -24,7 +24,7 @@ _layers: dict[int, Layer] = {}
 _steps: dict[int, Step] = {}
 
 
-def brick(name: str, category: str | None = None, elements: int = 0, stream: Any = None, **attributes: Any) -> Brick:
+def brick(name: str, category: str | None = None, elements: int = 0, stream: Any = None, **attributes: Any) -> Scope:
     """A brick scope: one logical operation (``rms_norm``, ``attention_score``, an all-reduce).
 
     A context manager and a decorator. Arguments as :class:`Brick`.
@@ -55,7 +55,7 @@ def kernel(
     shared_mem_bytes: int | None = None,
     stream: Any = None,
     **attributes: Any,
-) -> Kernel:
+) -> Scope:
     """A kernel scope: one launch inside a brick, with its launch configuration.
 
     A context manager and a decorator. Arguments as :class:`Kernel`.
@@ -73,7 +73,7 @@ def kernel(
     return Kernel(name, grid, block, shared_mem_bytes, stream, **attributes)
 
 
-def layer(index: int, **attributes: Any) -> Layer:
+def layer(index: int, **attributes: Any) -> Scope:
     """A layer scope grouping bricks (trueno's Layer -> Brick -> Kernel). Arguments as :class:`Layer`.
 
     .. versionadded:: 0.1.0
@@ -81,7 +81,7 @@ def layer(index: int, **attributes: Any) -> Layer:
     return _indexed(Layer, _layers, index, attributes)
 
 
-def step(number: int, **attributes: Any) -> Step:
+def step(number: int, **attributes: Any) -> Scope:
     """A step scope (decode step, training iteration); its end is a sync point in deferred mode.
 
     Arguments as :class:`Step`.

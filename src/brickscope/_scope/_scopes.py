@@ -24,7 +24,8 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from typing import Any, Callable, TypeVar
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from brickscope import _catalog, _record, _state
 from brickscope._gpu._streams import stream_handle
@@ -40,6 +41,26 @@ F = TypeVar("F", bound=Callable[..., Any])
 _warned: set[str] = set()
 _TOP_get = _record.TOP.get
 
+
+
+class Scope(Protocol):
+    """What :func:`brick`, :func:`kernel`, :func:`layer` and :func:`step` return: a context
+    manager and a decorator. While brickscope records it is a fresh entry for one use of a
+    shared scope object; while it is off, the shared :class:`Brick`, :class:`Kernel`,
+    :class:`Layer` or :class:`Step` itself. Either is accepted by :func:`enter_scope`.
+
+    .. versionadded:: 0.2.0
+    """
+
+    def __enter__(self) -> Scope: ...
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
+    ) -> None: ...
+
+    def __call__(self, func: F, /) -> F:
+        """Decorate ``func``: each call runs inside the scope (coroutines: each await)."""
+        ...
 
 def _warn_once(key: str, message: str, *args: object, exc_info: bool = False) -> None:
     if key not in _warned:
@@ -143,7 +164,10 @@ class _PyScopeBase:
             _exit_out_of_order(self, rec, exc)
 
 
-_ScopeBase: Any = _PyScopeBase if _hot is None else _hot.ScopeBase
+if TYPE_CHECKING:
+    _ScopeBase = _PyScopeBase  # what type checkers see: the C type has the same fields and methods
+else:
+    _ScopeBase = _PyScopeBase if _hot is None else _hot.ScopeBase
 
 
 class _Scope(_ScopeBase):

@@ -19,6 +19,7 @@ from brickscope._scope._scopes import (
     _exit_failed,
     _exit_out_of_order,
     _hot,
+    Scope,
     _Scope,
     _tracing,
     _warn_once,
@@ -34,7 +35,7 @@ _INERT = Record()  # the token of a scope that recorded nothing (brickscope off)
 _INERT.ended = True
 
 
-def enter_scope(scope: Any) -> ScopeToken:
+def enter_scope(scope: Scope) -> ScopeToken:
     """Open ``scope`` (from :func:`brick`, :func:`kernel`, :func:`layer` or :func:`step`)
     without a ``with`` block: for hooks and middleware, which get called at the start
     and at the end of the work. Close it with :func:`exit_scope`.
