@@ -17,12 +17,17 @@ Example::
 # extending __path__ lets one import path span them (docs/design.md, "One import path").
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from brickscope._catalog import CATEGORIES, register_brick
 from brickscope._scope import (
+    Brick,
     BrickHandle,
+    Kernel,
+    Layer,
+    Scope,
     ScopeToken,
+    Step,
     brick,
     end_brick,
     enter_scope,
@@ -38,6 +43,20 @@ from brickscope._scope import (
 )
 from brickscope.native import implementations
 from brickscope.version import __version__
+
+if TYPE_CHECKING:  # what type checkers see of the names loaded lazily below
+    from brickscope._checksum import checksum
+    from brickscope._kernel_sources import register_kernel_source
+    from brickscope.sdk import (
+        CategoryAggregator,
+        GpuSyncSpanProcessor,
+        Session,
+        StepSampling,
+        configure,
+        disable,
+        enable,
+        shutdown,
+    )
 
 # The OpenTelemetry SDK (~0.3 s to import) loads on first use of these (PEP 562), so that
 # instrumented code that never configures brickscope, and the offline tools, start fast.
@@ -67,13 +86,19 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
+
 __all__ = [
     "CATEGORIES",
+    "Brick",
     "BrickHandle",
     "CategoryAggregator",
     "GpuSyncSpanProcessor",
+    "Kernel",
+    "Layer",
+    "Scope",
     "ScopeToken",
     "Session",
+    "Step",
     "StepSampling",
     "__version__",
     "brick",

@@ -96,6 +96,39 @@ class TestEnvironment:
             bs.configure(TracerProvider())
 
 
+class TestConfigureOptions:
+    def test_options_are_final_and_frozen(self, monkeypatch):
+        """The options hold the environment's values where the arguments left None, and cannot change."""
+        import dataclasses
+
+        from brickscope.sdk._options import ConfigureOptions
+
+        monkeypatch.setenv("BRICKSCOPE_SYNC_MODE", "per_layer")
+        monkeypatch.setenv("BRICKSCOPE_MAX_PENDING", "64")
+        options = ConfigureOptions.from_arguments(
+            TracerProvider(), sync_mode=None, clock="host", enabled=None, max_pending=None,
+            max_delay_millis=1000.0, propagate_context=True, time_kernels=False, aggregate=False,
+            meter_provider=None, sync_timeout_millis=1000.0, step_sampling="every=2", resolver=None,
+            duration_histogram=None,
+        )  # fmt: skip
+        assert (options.sync_mode, options.max_pending, options.resolver, options.enabled) == (
+            "per_layer", 64, "inline", True
+        )
+        assert options.step_sampling == bs.StepSampling.parse("every=2")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            options.sync_mode = "immediate"  # type: ignore[misc]
+
+    def test_a_bad_value_installs_nothing(self):
+        """configure() raises on a bad argument before any session is installed or scopes switched on."""
+        from brickscope import _state
+        from brickscope.sdk import _config
+
+        with pytest.raises(ValueError, match="sync_timeout_millis"):
+            bs.configure(TracerProvider(), clock="host", sync_timeout_millis=0)
+        assert _config.current_session() is None
+        assert _state.configured is None and _state.recorder is None
+
+
 class TestSession:
     def test_reconfigure_replaces_the_session(self):
         """Configuring twice leaves one GpuSyncSpanProcessor installed, in front."""

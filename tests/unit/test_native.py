@@ -38,7 +38,7 @@ def test_the_implementation_in_use_is_the_one_asked_for():
         assert _record.hotpath is None
         assert _record.Record is _record.PyRecord
         assert _recorder.Recorder.__mro__[1] is _recorder._PyRecording
-        assert bs.brick.__module__ == "brickscope._scope"
+        assert bs.brick.__module__ == "brickscope._scope._factories"
 
 
 def _run_program(pure: bool) -> dict:

@@ -28,16 +28,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from brickscope.sdk import _environment, _otel_internals, _resource, _self_metrics
 from brickscope import _kernel_sources, _record, _scope, _state, propagation
 from brickscope._clock import host_ns
-from brickscope import environment_variables as env
-from brickscope.sdk.trace._aggregation import CategoryAggregator, duration_histogram_mode
+from brickscope.sdk._options import ConfigureOptions
+from brickscope.sdk.trace._aggregation import CategoryAggregator
 from brickscope.sdk.trace._sampling import StepSampling
-from brickscope.sdk.trace._sync import RESOLVERS, SYNC_MODES, GpuSyncSpanProcessor
+from brickscope.sdk.trace._sync import GpuSyncSpanProcessor
 
 logger = logging.getLogger(__name__)
-
-CLOCKS = ("auto", "cuda", "host")
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off", "")
 
 
 class Session:
@@ -230,79 +226,130 @@ def configure(
 
     .. versionadded:: 0.1.0
     """
-    global _session
     with _configure_lock:
-        # 1. Validate every argument and environment value: nothing is touched yet.
-        sync_mode = _choice("sync mode", sync_mode, env.BRICKSCOPE_SYNC_MODE, "deferred", SYNC_MODES)
-        clock = _choice("clock", clock, env.BRICKSCOPE_CLOCK, "auto", CLOCKS)
-        if enabled is None:
-            enabled = not _env_flag(env.BRICKSCOPE_DISABLE)
-        if max_pending is None:
-            max_pending = _env_int(env.BRICKSCOPE_MAX_PENDING, 16384)
-        _check_bounds(max_pending, max_delay_millis)
-        _check_positive("sync_timeout_millis", sync_timeout_millis)
-        step_sampling = _step_sampling(step_sampling)
-        resolver = _choice("resolver", resolver, env.BRICKSCOPE_RESOLVER, "inline", RESOLVERS)
-        duration_histogram = duration_histogram_mode(duration_histogram)
-        if tracer_provider is not None and not isinstance(tracer_provider, TracerProvider):
-            raise TypeError(
-                "brickscope: tracer_provider must be an opentelemetry.sdk.trace.TracerProvider, "
-                f"got {type(tracer_provider).__name__}"
-            )
-        sdk_disabled = _environment.sdk_disabled()
-        if sdk_disabled:  # OpenTelemetry is off for every signal: brickscope records nothing
-            enabled = False
-        else:  # bad OTEL_* values fail here, before anything is registered
-            builds_meter_provider = not isinstance(otel_metrics.get_meter_provider(), SdkMeterProvider)
-            _environment.validate(
-                traces=tracer_provider is None and not isinstance(otel_trace.get_tracer_provider(), TracerProvider),
-                metrics=meter_provider is None and aggregate and builds_meter_provider,
-            )
+        options = ConfigureOptions.from_arguments(  # raises here, before anything is built
+            tracer_provider,
+            sync_mode=sync_mode,
+            clock=clock,
+            enabled=enabled,
+            max_pending=max_pending,
+            max_delay_millis=max_delay_millis,
+            propagate_context=propagate_context,
+            time_kernels=time_kernels,
+            aggregate=aggregate,
+            meter_provider=meter_provider,
+            sync_timeout_millis=sync_timeout_millis,
+            step_sampling=step_sampling,
+            resolver=resolver,
+            duration_histogram=duration_histogram,
+        )
+        return SessionBuilder(options).build()
 
-        # 2. Build the new pipeline, still registering nothing global (a bad clock="cuda" fails here).
+
+class SessionBuilder:
+    """Assembles a session from validated :class:`ConfigureOptions` (under ``_configure_lock``).
+
+    First the pipeline is built, registering nothing global (a bad ``clock="cuda"`` fails
+    there): the provider, the timer, the resource, the sync processor, the meter provider
+    and the aggregator. Then it is installed: providers registered, processors installed,
+    scopes switched over in one assignment, the previous session retired.
+    """
+
+    def __init__(self, options: ConfigureOptions) -> None:
+        self.options = options
+
+    def build(self) -> Session:
+        """Build and install the session; it becomes the current one."""
+        tracer_provider, register_provider = self._tracer_provider()
+        timer, fallback_reason = self._timer()
+        _resource.extend_provider_resource(
+            tracer_provider, {**_resource.process_attributes(), **_resource.gpu_attributes(timer)}
+        )
+        _publish_kernel_sources(_kernel_sources.resource_attributes(), tracer_provider)
+        sync_processor = self._sync_processor(tracer_provider, timer)
+        meter_provider, built_meter_provider = self._meter_provider(tracer_provider)
+        aggregator = self._aggregator(meter_provider)
+        return self._install(
+            tracer_provider, register_provider, sync_processor, aggregator, meter_provider, built_meter_provider,
+            fallback_reason,
+        )  # fmt: skip
+
+    def _tracer_provider(self) -> tuple[TracerProvider, bool]:
+        """The provider to install on, and whether it is new (to register globally)."""
+        options = self.options
+        tracer_provider = options.tracer_provider
         register_provider = False
         if tracer_provider is None:
             tracer_provider = otel_trace.get_tracer_provider()
             if not isinstance(tracer_provider, TracerProvider):
                 tracer_provider = (
                     TracerProvider()
-                    if sdk_disabled
+                    if options.sdk_disabled
                     else _environment.tracer_provider_from_environment(
-                        _resource.create_resource(), min_queue_size=max_pending
+                        _resource.create_resource(), min_queue_size=options.max_pending
                     )
                 )
                 register_provider = True
-                if not sdk_disabled and not os.environ.get("OTEL_TRACES_EXPORTER", "").strip():
+                if not options.sdk_disabled and not os.environ.get("OTEL_TRACES_EXPORTER", "").strip():
                     _warn_once(
                         "no_exporter",
                         "brickscope: OTEL_TRACES_EXPORTER is unset and no TracerProvider was given: spans go "
                         "nowhere (set it to otlp, console, perfetto or flamegraph, or to none to silence this)",
                     )
-        timer, fallback_reason = (None, None) if sync_mode == "none" or sdk_disabled else _make_timer(clock, enabled)
-        _resource.extend_provider_resource(
-            tracer_provider, {**_resource.process_attributes(), **_resource.gpu_attributes(timer)}
-        )
-        _publish_kernel_sources(_kernel_sources.resource_attributes(), tracer_provider)
-        sync_processor = GpuSyncSpanProcessor(
-            tracer_provider,
-            sync_mode=sync_mode,
-            timer=timer,
-            max_pending=max_pending,
-            max_delay_millis=max_delay_millis,
-            propagate_context=propagate_context,
-            time_kernels=time_kernels,
-            sync_timeout_millis=sync_timeout_millis,
-            step_sampling=step_sampling,
-            aggregate_unsampled=aggregate,
-            resolver=resolver,
-            unsampled_values=aggregate and duration_histogram == "all",
-        )
-        built_meter_provider = None
-        if meter_provider is None and aggregate and not sdk_disabled:
-            meter_provider = built_meter_provider = _meter_provider_from_environment(tracer_provider.resource)
-        aggregator = CategoryAggregator(meter_provider, duration_histogram=duration_histogram) if aggregate else None
+        return tracer_provider, register_provider
 
-        # 3. Act: register, install, switch scopes over in one assignment, retire the old session.
+    def _timer(self) -> tuple[Any, str | None]:
+        """The CUDA timer, or None and why not (see :func:`_make_timer`)."""
+        options = self.options
+        if options.sync_mode == "none" or options.sdk_disabled:
+            return None, None
+        return _make_timer(options.clock, options.enabled)
+
+    def _sync_processor(self, tracer_provider: TracerProvider, timer: Any) -> GpuSyncSpanProcessor:
+        options = self.options
+        return GpuSyncSpanProcessor(
+            tracer_provider,
+            sync_mode=options.sync_mode,
+            timer=timer,
+            max_pending=options.max_pending,
+            max_delay_millis=options.max_delay_millis,
+            propagate_context=options.propagate_context,
+            time_kernels=options.time_kernels,
+            sync_timeout_millis=options.sync_timeout_millis,
+            step_sampling=options.step_sampling,
+            aggregate_unsampled=options.aggregate,
+            resolver=options.resolver,
+            unsampled_values=options.aggregate and options.duration_histogram == "all",
+        )
+
+    def _meter_provider(self, tracer_provider: TracerProvider) -> tuple[Any, Any]:
+        """The aggregator's meter provider, and the one built here from the environment (to
+        register globally) or None."""
+        options = self.options
+        meter_provider = options.meter_provider
+        built_meter_provider = None
+        if meter_provider is None and options.aggregate and not options.sdk_disabled:
+            meter_provider = built_meter_provider = _meter_provider_from_environment(tracer_provider.resource)
+        return meter_provider, built_meter_provider
+
+    def _aggregator(self, meter_provider: Any) -> CategoryAggregator | None:
+        options = self.options
+        if not options.aggregate:
+            return None
+        return CategoryAggregator(meter_provider, duration_histogram=options.duration_histogram)
+
+    def _install(
+        self,
+        tracer_provider: TracerProvider,
+        register_provider: bool,
+        sync_processor: GpuSyncSpanProcessor,
+        aggregator: CategoryAggregator | None,
+        meter_provider: Any,
+        built_meter_provider: Any,
+        fallback_reason: str | None,
+    ) -> Session:
+        """Register, install, switch scopes over in one assignment, retire the old session."""
+        global _session
         owns_provider = False
         if register_provider:
             otel_trace.set_tracer_provider(tracer_provider)
@@ -319,9 +366,9 @@ def configure(
             owns_provider, previous._owns_provider = True, False  # the provider lives on in the new session
         _session = Session(tracer_provider, sync_processor, aggregator, owns_provider, fallback_reason)
         _state.configured = sync_processor.recorder
-        _state.recorder = sync_processor.recorder if enabled else None
+        _state.recorder = sync_processor.recorder if self.options.enabled else None
         _guard_torch_compile()
-        if not sdk_disabled:
+        if not self.options.sdk_disabled:
             _session._self_metrics = _self_metrics.register(  # noqa: SLF001
                 meter_provider or otel_metrics.get_meter_provider(), _open_session_stats
             )
@@ -495,72 +542,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def _check_bounds(max_pending: object, max_delay_millis: object) -> None:
-    if not isinstance(max_pending, int) or isinstance(max_pending, bool) or max_pending < 1:
-        raise ValueError(f"brickscope: max_pending must be a positive int, got {max_pending!r}")
-    if (
-        not isinstance(max_delay_millis, (int, float))
-        or isinstance(max_delay_millis, bool)
-        or not max_delay_millis > 0
-        or max_delay_millis != max_delay_millis
-    ):
-        raise ValueError(f"brickscope: max_delay_millis must be a number > 0, got {max_delay_millis!r}")
-
-
-def _check_positive(name: str, value: object) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0 or value != value:
-        raise ValueError(f"brickscope: {name} must be a number > 0, got {value!r}")
-
-
-def _env_int(variable: str, default: int) -> int:
-    raw = os.environ.get(variable, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"brickscope: {variable}={raw!r} is not an int") from None
-
-
 def _warn_once(key: str, message: str, *args: object) -> None:
     """Log a warning the first time ``key`` comes up in this process."""
     if key not in _warned:
         _warned.add(key)
         logger.warning(message, *args)
 
-
-def _choice(what: str, value: str | None, variable: str, default: str, allowed: tuple[str, ...]) -> str:
-    """``value``, else the environment variable, else ``default``; checked against ``allowed``."""
-    source = ""
-    if value is None:
-        value = os.environ.get(variable, "").strip().lower() or default
-        source = f" (from {variable})" if variable in os.environ else ""
-    if value not in allowed:
-        raise ValueError(f"brickscope: unknown {what} {value!r}{source}; expected one of {allowed}")
-    return value
-
-
-def _step_sampling(value: StepSampling | str | None) -> StepSampling | None:
-    """``value`` (parsed when text), else ``BRICKSCOPE_STEP_SAMPLING``, else None (every step)."""
-    if isinstance(value, StepSampling):
-        return value
-    if value is None:
-        raw = os.environ.get(env.BRICKSCOPE_STEP_SAMPLING, "").strip()
-        if not raw:
-            return None
-        try:
-            return StepSampling.parse(raw)
-        except ValueError as exc:
-            raise ValueError(f"{exc} (from {env.BRICKSCOPE_STEP_SAMPLING})") from None
-    if isinstance(value, str):
-        return StepSampling.parse(value)
-    raise TypeError(f"brickscope: step_sampling must be a StepSampling or a str, got {type(value).__name__}")
-
-
-def _env_flag(variable: str) -> bool:
-    raw = os.environ.get(variable, "").strip().lower()
-    if raw in _TRUE:
-        return True
-    if raw in _FALSE:
-        return False
-    raise ValueError(f"brickscope: {variable}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
