@@ -11,7 +11,7 @@ Example::
 
     from brickscope.sdk import configure
 
-    session = configure(sync="deferred")
+    session = configure(sync_mode="deferred")
 """
 
 from brickscope.sdk._config import Session, configure, current_session, disable, enable, shutdown

@@ -124,7 +124,7 @@ class Session:
         self.sync_processor.shutdown(timeout_millis)
         if self.aggregator is not None:
             self.aggregator.collect_unsampled_from(None)
-        _remove_processors(self.tracer_provider, (self.sync_processor, self.aggregator))
+        _otel_internals.remove_processors(self.tracer_provider, (self.sync_processor, self.aggregator))
         if self._environment_context is not None:
             propagation._detach_environment_context(self._environment_context)  # noqa: SLF001
             self._environment_context = None
@@ -356,7 +356,7 @@ class SessionBuilder:
             owns_provider = otel_trace.get_tracer_provider() is tracer_provider
         if built_meter_provider is not None:
             otel_metrics.set_meter_provider(built_meter_provider)
-        _install_first(tracer_provider, sync_processor)
+        _otel_internals.install_first(tracer_provider, sync_processor)  # first: flushes resolve before exports
         sync_processor.track_deliveries()
         if aggregator is not None:
             tracer_provider.add_span_processor(aggregator)
@@ -475,15 +475,6 @@ def _make_timer(clock: str, enabled: bool) -> tuple[Any, str | None]:
         _warn_once("no_cuda", "brickscope: no usable CUDA; timing on the host clock (see session.clock_fallback_reason)")
     logger.debug("brickscope: host clock: %s", reason)
     return None, reason
-
-
-def _install_first(provider: TracerProvider, processor: GpuSyncSpanProcessor) -> None:
-    """Put ``processor`` in front of the provider's processors (the SDK only appends)."""
-    _otel_internals.install_first(provider, processor)
-
-
-def _remove_processors(provider: TracerProvider, processors: tuple) -> None:
-    _otel_internals.remove_processors(provider, processors)
 
 
 #: The most interpreter exit waits for brickscope: pending scopes resolved and exported.
