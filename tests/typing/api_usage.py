@@ -3,9 +3,9 @@
 
 Each ``assert_type`` fails the check when a public name's type drifts from what the docs say;
 the lazily loaded names (``configure``, ``Session``...) must type as their real objects too.
-pytest does not collect this file (its name does not match ``test_*.py``). Check it with::
+pytest does not collect this file (its name does not match ``test_*.py``);
+tests/unit/test_typing.py runs the check, the same as::
 
-    .venv/bin/python -m pip install mypy      # not a project dependency
     .venv/bin/python -m mypy --strict tests/typing/api_usage.py
 """
 
