@@ -145,12 +145,14 @@ static inline PyObject *global_get(GlobalCache *cache, PyObject *dict, PyObject 
     if (value != NULL || !PyErr_Occurred()) global_cache_keep(cache, dict, value);
     return value;
 }
-/* The attributes dict, sized for a GPU brick's 14 keys: grown from empty it is resized twice
- * (at the 6th and the 11th key) and ends with the same 32-slot table. */
-static inline PyObject *new_attributes_dict(void) {
+/* A dict presized for n keys (a GPU brick's attributes: spans.c, GPU_BRICK_KEYS), so that
+ * it is not resized while filled (from empty it would be at the 6th and the 11th key, ending
+ * with the same 32-slot table); _PyDict_NewPresized is private, and gone from 3.13. */
+static inline PyObject *new_attributes_dict(Py_ssize_t n) {
 #if PY_VERSION_HEX < 0x030D0000
-    return _PyDict_NewPresized(14);
+    return _PyDict_NewPresized(n);
 #else
+    (void)n;
     return PyDict_New();
 #endif
 }

@@ -95,18 +95,33 @@ PyObject *marker_mark(MarkerObject *self, PyObject *ref) {
     return mark;
 }
 
+static PyObject *g_clock_host_ns, *g_clock_module_dict; /* brickscope._clock: host_ns, its globals */
+
+/* CudaMarker(*, timer, marks, ids, timer_globals, host_ns, clock_globals, and the six entry points
+ * by their driver names): the entry points as cuGetProcAddress gave them at CUDA_API_VERSION. */
 static PyObject *marker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *timer, *marks, *ids, *timer_globals;
-    unsigned long long record, get_current, query, elapsed, push, pop;
-    if (!PyArg_ParseTuple(args, "OO!OO!KKKKKK:CudaMarker", &timer, &PyDict_Type, &marks, &ids, &PyDict_Type,
-                          &timer_globals, &record, &get_current, &query, &elapsed, &push, &pop))
-        return NULL;
-    if (!PyIter_Check(ids) || !record || !get_current || !query || !elapsed || !push || !pop) {
-        PyErr_SetString(PyExc_ValueError, "CudaMarker(timer, marks, ids, timer_globals, cuEventRecord, "
-                                          "cuCtxGetCurrent, cuEventQuery, cuEventElapsedTime, cuCtxPushCurrent, "
-                                          "cuCtxPopCurrent)");
+    static const char *const names[] = {"timer", "marks", "ids", "timer_globals", "host_ns", "clock_globals",
+                                        "cuEventRecord", "cuCtxGetCurrent", "cuEventQuery", "cuEventElapsedTime",
+                                        "cuCtxPushCurrent", "cuCtxPopCurrent"};
+    PyObject *v[12];
+    if (take_fields("CudaMarker", args, kwargs, names, 12, v) < 0) return NULL;
+    PyObject *timer = v[0], *marks = v[1], *ids = v[2], *timer_globals = v[3];
+    unsigned long long fn[6];
+    for (int i = 0; i < 6; i++) {
+        fn[i] = PyLong_Check(v[6 + i]) ? PyLong_AsUnsignedLongLong(v[6 + i]) : 0;
+        if (PyErr_Occurred()) return NULL;
+    }
+    if (!PyDict_Check(marks) || !PyDict_Check(timer_globals) || !PyDict_Check(v[5]) || !PyIter_Check(ids)) {
+        PyErr_SetString(PyExc_TypeError, "CudaMarker: marks, timer_globals and clock_globals are dicts, ids an iterator");
         return NULL;
     }
+    unsigned long long record = fn[0], get_current = fn[1], query = fn[2], elapsed = fn[3], push = fn[4], pop = fn[5];
+    if (!record || !get_current || !query || !elapsed || !push || !pop) {
+        PyErr_SetString(PyExc_ValueError, "CudaMarker: every entry point must be a non-null address");
+        return NULL;
+    }
+    Py_XSETREF(g_clock_host_ns, Py_NewRef(v[4]));
+    Py_XSETREF(g_clock_module_dict, Py_NewRef(v[5]));
     MarkerObject *self = (MarkerObject *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     self->cache = PyDict_New();
@@ -313,20 +328,10 @@ static PyObject *marker_complete(MarkerObject *self, PyObject *mark) {
 
 /* brickscope._clock.host_ns() without its Python frame: perf_counter_ns() + EPOCH_OFFSET_NS,
  * when fn is that function and its module still uses time.perf_counter_ns (tests replace
- * either). 1: *value set; 0: call fn; -1: error. */
-static PyObject *g_clock_host_ns, *g_clock_module_dict;
+ * either). 1: *value set; 0: call fn; -1: error. Both registered by CudaMarker(host_ns=...,
+ * clock_globals=...). */
 static int host_ns_in_c(PyObject *fn, long long *value) {
-    if (g_clock_host_ns == NULL) {
-        PyObject *module = PyImport_ImportModule("brickscope._clock");
-        if (module == NULL) return -1;
-        g_clock_host_ns = PyObject_GetAttrString(module, "host_ns");
-        g_clock_module_dict = Py_NewRef(PyModule_GetDict(module));
-        Py_DECREF(module);
-        if (g_clock_host_ns == NULL) {
-            Py_CLEAR(g_clock_module_dict);
-            return -1;
-        }
-    }
+    if (g_clock_host_ns == NULL) return 0;
     if (fn != g_clock_host_ns || g_perf_counter_ns == NULL || !g_clock_is_monotonic) return 0;
     PyObject *counter = PyDict_GetItemWithError(g_clock_module_dict, s_perf_counter_ns);
     if (counter != g_perf_counter_ns) return PyErr_Occurred() ? -1 : 0;

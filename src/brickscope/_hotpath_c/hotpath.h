@@ -188,7 +188,24 @@ typedef struct {
     } recent[FOLD_RECENT];
 } FoldTableObject;
 
+/* The version of what this extension expects from the Python beside it (the registration
+ * calls' fields, the key tables, the types' layouts): brickscope._record states the one it
+ * was written for, and brickscope.native.load refuses another. Raise it with any such change. */
+#define HOTPATH_ABI_VERSION 1
+
+/* The CUDA version the driver entry points' typedefs (cuda.c) were written for: the
+ * Python side asks cuGetProcAddress for them at this version (module constant CUDA_VERSION),
+ * not at the driver's, which may give a later variant with another ABI. */
+#define CUDA_API_VERSION 12000
+
 /* ---- defined in one file, called from another ---- */
+
+/* module.c: the registration's checks */
+int take_fields(const char *call, PyObject *args, PyObject *kwargs, const char *const *names, Py_ssize_t n,
+                PyObject **out);
+int check_names(const char *call, const char *what, PyObject *given, const char *const *names, Py_ssize_t n);
+/* spans.c */
+PyObject *span_keys_tuple(void);
 
 /* record.c */
 extern FreeList record_free;

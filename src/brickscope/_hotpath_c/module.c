@@ -51,77 +51,138 @@ static void set_global(PyObject **slot, PyObject *value) {
     Py_XSETREF(*slot, value);
 }
 
-static PyObject *init_stack(PyObject *module, PyObject *args) {
-    PyObject *top, *kind_names;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyContextVar_Type, &top, &PyTuple_Type, &kind_names)) return NULL;
-    if (PyTuple_GET_SIZE(kind_names) != 4) {
-        PyErr_SetString(PyExc_ValueError, "four kind names");
+/* kwargs holds exactly the fields named in names (n of them), and args nothing: out[i] the
+ * value of names[i] (borrowed). A positional argument, a missing field or an unknown one is a
+ * TypeError naming it: the Python side and this build disagree on the registration. */
+int take_fields(const char *call, PyObject *args, PyObject *kwargs, const char *const *names, Py_ssize_t n,
+                PyObject **out) {
+    if (args != NULL && PyTuple_GET_SIZE(args) != 0) {
+        PyErr_Format(PyExc_TypeError, "%s takes keyword arguments only", call);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = kwargs == NULL ? NULL : PyDict_GetItemString(kwargs, names[i]);
+        if (out[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s: missing field '%s'", call, names[i]);
+            return -1;
+        }
+    }
+    if (PyDict_GET_SIZE(kwargs) != n) {
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(kwargs, &pos, &key, &value)) {
+            const char *text = PyUnicode_AsUTF8(key);
+            if (text == NULL) return -1;
+            Py_ssize_t i = 0;
+            while (i < n && strcmp(names[i], text) != 0) i++;
+            if (i == n) {
+                PyErr_Format(PyExc_TypeError, "%s: unknown field '%s'", call, text);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* given is a tuple of the n names in names, in that order (a key table checked by name): 0.
+ * -1 with a ValueError naming the first difference. */
+int check_names(const char *call, const char *what, PyObject *given, const char *const *names, Py_ssize_t n) {
+    if (!PyTuple_Check(given)) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a tuple of str", call, what);
+        return -1;
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(given);
+    for (Py_ssize_t i = 0; i < n || i < count; i++) {
+        const char *mine = i < n ? names[i] : "(nothing)";
+        PyObject *name = i < count ? PyTuple_GET_ITEM(given, i) : NULL;
+        const char *theirs = name == NULL ? "(nothing)" : PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+        if (theirs == NULL) {
+            if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "%s: %s must be a tuple of str", call, what);
+            return -1;
+        }
+        if (strcmp(mine, theirs) != 0) {
+            PyErr_Format(PyExc_ValueError, "%s: %s[%zd] is %s, the C table has %s there", call, what, i, theirs, mine);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* init_stack(*, top, kind_names): the scope stack (brickscope._record). */
+static PyObject *init_stack(PyObject *module, PyObject *args, PyObject *kwargs) {
+    static const char *const names[] = {"top", "kind_names"};
+    PyObject *v[2];
+    if (take_fields("init_stack", args, kwargs, names, 2, v) < 0) return NULL;
+    if (!PyContextVar_CheckExact(v[0]) || !PyTuple_CheckExact(v[1]) || PyTuple_GET_SIZE(v[1]) != 4) {
+        PyErr_SetString(PyExc_TypeError, "init_stack: top is a ContextVar, kind_names four names");
         return NULL;
     }
-    set_global(&g_top_var, top);
-    set_global(&g_kind_names, kind_names);
+    set_global(&g_top_var, v[0]);
+    set_global(&g_kind_names, v[1]);
     Py_RETURN_NONE;
 }
 
-static PyObject *init_recorder(PyObject *module, PyObject *args) {
-    PyObject *otel_var, *otel_current, *clock_dict, *perf_counter_ns, *release_context, *repair_stack, *describe;
-    int monotonic;
-    if (!PyArg_ParseTuple(args, "OOO!OpOOO", &otel_var, &otel_current, &PyDict_Type, &clock_dict, &perf_counter_ns,
-                          &monotonic, &release_context, &repair_stack, &describe))
-        return NULL;
-    if (otel_var != Py_None && !PyContextVar_CheckExact(otel_var)) {
-        PyErr_SetString(PyExc_TypeError, "otel_var must be a ContextVar or None");
+/* init_recorder(*, ...): what Recorder.open/close call (brickscope.sdk.trace._recorder). */
+static PyObject *init_recorder(PyObject *module, PyObject *args, PyObject *kwargs) {
+    static const char *const names[] = {"otel_var",        "otel_current", "clock_globals", "perf_counter_ns",
+                                        "clock_is_monotonic", "release_context", "repair_stack", "describe"};
+    PyObject *v[8];
+    if (take_fields("init_recorder", args, kwargs, names, 8, v) < 0) return NULL;
+    if (v[0] != Py_None && !PyContextVar_CheckExact(v[0])) {
+        PyErr_SetString(PyExc_TypeError, "init_recorder: otel_var must be a ContextVar or None");
         return NULL;
     }
-    set_global(&g_otel_var, otel_var == Py_None ? NULL : otel_var);
-    set_global(&g_otel_current, otel_current);
-    set_global(&g_clock_dict, clock_dict);
-    global_cache_watch(clock_dict);
-    set_global(&g_perf_counter_ns, perf_counter_ns);
+    if (!PyDict_Check(v[2])) {
+        PyErr_SetString(PyExc_TypeError, "init_recorder: clock_globals must be a dict");
+        return NULL;
+    }
+    int monotonic = PyObject_IsTrue(v[4]);
+    if (monotonic < 0) return NULL;
+    set_global(&g_otel_var, v[0] == Py_None ? NULL : v[0]);
+    set_global(&g_otel_current, v[1]);
+    set_global(&g_clock_dict, v[2]);
+    global_cache_watch(v[2]);
+    set_global(&g_perf_counter_ns, v[3]);
     g_clock_is_monotonic = monotonic;
-    set_global(&g_release_context, release_context);
-    set_global(&g_repair_stack, repair_stack);
-    set_global(&g_describe, describe);
+    set_global(&g_release_context, v[5]);
+    set_global(&g_repair_stack, v[6]);
+    set_global(&g_describe, v[7]);
     Py_RETURN_NONE;
 }
 
-static PyObject *init_scopes(PyObject *module, PyObject *args) {
-    PyObject *state_dict, *enter_failed, *exit_failed, *exit_ooo, *exit_entry_ooo, *inert, *enter_py, *exit_py;
-    if (!PyArg_ParseTuple(args, "O!OOOOO!OO", &PyDict_Type, &state_dict, &enter_failed, &exit_failed, &exit_ooo,
-                          &exit_entry_ooo, &RecordType, &inert, &enter_py, &exit_py))
+/* init_scopes(*, ...): the scope side (brickscope._scope). */
+static PyObject *init_scopes(PyObject *module, PyObject *args, PyObject *kwargs) {
+    static const char *const names[] = {"state_globals", "enter_failed", "exit_failed", "exit_out_of_order",
+                                        "exit_entry_out_of_order", "inert", "enter_scope", "exit_scope"};
+    PyObject *v[8];
+    if (take_fields("init_scopes", args, kwargs, names, 8, v) < 0) return NULL;
+    if (!PyDict_Check(v[0]) || !Record_Check(v[5])) {
+        PyErr_SetString(PyExc_TypeError, "init_scopes: state_globals must be a dict, inert a Record");
         return NULL;
-    set_global(&g_inert, inert);
-    set_global(&g_enter_scope_py, enter_py);
-    set_global(&g_exit_scope_py, exit_py);
-    set_global(&g_state_dict, state_dict);
-    global_cache_watch(state_dict);
-    set_global(&g_enter_failed, enter_failed);
-    set_global(&g_exit_failed, exit_failed);
-    set_global(&g_exit_out_of_order, exit_ooo);
-    set_global(&g_exit_entry_ooo, exit_entry_ooo);
+    }
+    set_global(&g_inert, v[5]);
+    set_global(&g_enter_scope_py, v[6]);
+    set_global(&g_exit_scope_py, v[7]);
+    set_global(&g_state_dict, v[0]);
+    global_cache_watch(v[0]);
+    set_global(&g_enter_failed, v[1]);
+    set_global(&g_exit_failed, v[2]);
+    set_global(&g_exit_out_of_order, v[3]);
+    set_global(&g_exit_entry_ooo, v[4]);
     Py_RETURN_NONE;
 }
 
-/* ---- SpanMaker: SpanBuilder.build's common case in C ---------------------------- */
-
-/* SpanBuilder.build (sdk/trace/_spans.py) for an ordinary record: a step, layer, brick or
- * kernel scope with no notes from user code, no exception, not a record_gpu brick.
- * The ReadableSpan is made without running its Python __init__ (its instance dict is
- * filled with what __init__ would store: SpanBuilder checks once, on a probe span, that
- * the SDK's __init__ stores exactly that), the SpanContexts as _otel_context's fast form.
- * Every check that can send a record to the Python builder runs before anything is
- * changed (self time credited, GPU marks released, ids assigned), so a record is built
- * by one side only. GPU intervals are the Python builder's _gpu_interval (its C marker). */
 static PyMethodDef module_methods[] = {
     {"factory", make_factory, METH_VARARGS,
      "factory(name, cache, slow, exact_int): the scope factory `name` (brick, kernel, layer, step) whose "
      "one-argument form is a lookup in cache (exact ints only if exact_int); every other call runs slow."},
-    {"init_stack", init_stack, METH_VARARGS, "init_stack(TOP, KIND_NAMES): the scope stack (brickscope._record)."},
-    {"init_recorder", init_recorder, METH_VARARGS,
-     "init_recorder(otel_var, otel_current, clock_globals, perf_counter_ns, monotonic, release_context, "
-     "repair_stack, describe): what Recorder.open/close call (brickscope.sdk.trace._recorder)."},
-    {"init_scopes", init_scopes, METH_VARARGS,
-     "init_scopes(state_dict, enter_failed, exit_failed, exit_out_of_order, exit_entry_out_of_order, INERT, "
+    {"init_stack", (PyCFunction)(void (*)(void))init_stack, METH_VARARGS | METH_KEYWORDS,
+     "init_stack(*, top, kind_names): the scope stack (brickscope._record)."},
+    {"init_recorder", (PyCFunction)(void (*)(void))init_recorder, METH_VARARGS | METH_KEYWORDS,
+     "init_recorder(*, otel_var, otel_current, clock_globals, perf_counter_ns, clock_is_monotonic, "
+     "release_context, repair_stack, describe): what Recorder.open/close call (brickscope.sdk.trace._recorder)."},
+    {"init_scopes", (PyCFunction)(void (*)(void))init_scopes, METH_VARARGS | METH_KEYWORDS,
+     "init_scopes(*, state_globals, enter_failed, exit_failed, exit_out_of_order, exit_entry_out_of_order, inert, "
      "enter_scope, exit_scope) (brickscope._scope)."},
     {"fold_sums", (PyCFunction)(void (*)(void))fold_sums, METH_FASTCALL,
      "fold_sums(spans, attributes, keys, sums, values) -> bool: CategoryAggregator.fold_batch's sums per "
@@ -210,6 +271,14 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
             Py_DECREF(module);
             return NULL;
         }
+    }
+    PyObject *span_keys = span_keys_tuple();
+    if (span_keys == NULL || PyModule_AddObject(module, "SPAN_KEYS", span_keys) < 0 ||
+        PyModule_AddIntConstant(module, "ABI_VERSION", HOTPATH_ABI_VERSION) < 0 ||
+        PyModule_AddIntConstant(module, "CUDA_VERSION", CUDA_API_VERSION) < 0) {
+        Py_XDECREF(span_keys);
+        Py_DECREF(module);
+        return NULL;
     }
     return module;
 }

@@ -6,28 +6,67 @@
 #include "hotpath.h"
 
 
+/* The attribute keys SpanMaker writes, by the name of their constant in
+ * brickscope/trace/attributes.py (the declaration), in the order of the K_* slots; 1 where a
+ * GPU-timed brick's span has the key (the attributes dict is presized for those). The
+ * registration (SpanMaker(key_names=..., keys=...)) checks the names, in this order, against
+ * what sdk/trace/_spans.py passes, and this table is the module's SPAN_KEYS. */
+#define SPAN_KEYS(X)                                                                                          \
+    X(SCOPE_KIND, 1) X(HOST_START_NS, 1) X(HOST_DURATION_NS, 1) X(THREAD_ID, 1) X(THREAD_NAME, 1)            \
+    X(GPU_DURATION_NS, 1) X(GPU_DEVICE_ID, 1) X(GPU_STREAM_ID, 1) X(GPU_TIMING_ERROR, 0) X(CLOCK, 1)         \
+    X(BRICK_NAME, 1) X(BRICK_CATEGORY, 1) X(LAYER_INDEX, 1) X(STEP_NUMBER, 1) X(BRICK_SELF_DURATION_NS, 1)  \
+    X(BRICK_ELEMENTS, 1) X(KERNEL_NAME, 0) X(KERNEL_SOURCE_HASH, 0)
+
 enum {
-    K_SCOPE_KIND, K_HOST_START, K_HOST_DURATION, K_THREAD_ID, K_THREAD_NAME, K_GPU_DURATION, K_GPU_DEVICE,
-    K_GPU_STREAM, K_GPU_ERROR, K_CLOCK, K_BRICK_NAME, K_BRICK_CATEGORY, K_LAYER_INDEX, K_STEP_NUMBER, K_SELF,
-    K_ELEMENTS, K_KERNEL_NAME, K_KERNEL_HASH, K_COUNT
+#define X(name, gpu_brick) K_##name,
+    SPAN_KEYS(X)
+#undef X
+    K_COUNT
 };
-/* the ReadableSpan's instance dict, in __init__'s order */
+/* the keys of a GPU-timed brick inside a layer and a step: new_attributes_dict's size */
 enum {
-    F_NAME, F_CONTEXT, F_KIND, F_INFO, F_SCOPE, F_PARENT, F_START, F_END, F_ATTRIBUTES, F_EVENTS, F_LINKS,
-    F_RESOURCE, F_STATUS, F_COUNT
+#define X(name, gpu_brick) +gpu_brick
+    GPU_BRICK_KEYS = 0 SPAN_KEYS(X)
+#undef X
+};
+static const char *const span_key_names[K_COUNT] = {
+#define X(name, gpu_brick) #name,
+    SPAN_KEYS(X)
+#undef X
+};
+
+/* the ReadableSpan's instance dict, in __init__'s order (checked against sdk/trace/_spans.py's
+ * _SPAN_FIELDS, which a probe span checks against the SDK's __init__) */
+#define SPAN_FIELDS(X)                                                                                         \
+    X(NAME, _name) X(CONTEXT, _context) X(KIND, _kind) X(INFO, _instrumentation_info)                          \
+    X(SCOPE, _instrumentation_scope) X(PARENT, _parent) X(START, _start_time) X(END, _end_time)                \
+    X(ATTRIBUTES, _attributes) X(EVENTS, _events) X(LINKS, _links) X(RESOURCE, _resource) X(STATUS, _status)
+enum {
+#define X(slot, attribute) F_##slot,
+    SPAN_FIELDS(X)
+#undef X
+    F_COUNT
+};
+static const char *const span_field_names[F_COUNT] = {
+#define X(slot, attribute) #attribute,
+    SPAN_FIELDS(X)
+#undef X
 };
 
 typedef struct {
     PyObject_HEAD
-    PyObject *span_type, *context_type, *keys, *fields, *clock_host, *clock_cuda, *epoch, *thread_names, *counts,
+    PyObject *span_type, *context_type, *key_names, *keys, *fields, *clock_host, *clock_cuda, *epoch, *thread_names, *counts,
         *gpu_interval, *resolved, *resolve, *hash_of, *sampled, *trace_state, *span_kind, *status, *scope,
         *getrandbits, *id_lock, *assign_span_id, *id_generator, *provider, *recorder;
 } SpanMakerObject;
 
 #define SPANMAKER_FIELDS(X)                                                                                     \
-    X(span_type) X(context_type) X(keys) X(fields) X(clock_host) X(clock_cuda) X(epoch) X(thread_names) X(counts) \
+    X(span_type) X(context_type) X(key_names) X(keys) X(fields) X(clock_host) X(clock_cuda) X(epoch) X(thread_names) X(counts) \
     X(gpu_interval) X(resolved) X(resolve) X(hash_of) X(sampled) X(trace_state) X(span_kind) X(status) X(scope)   \
     X(getrandbits) X(id_lock) X(assign_span_id) X(id_generator) X(provider) X(recorder)
+#define X(f) #f,
+static const char *const span_maker_field_names[] = {SPANMAKER_FIELDS(X)};
+#undef X
 
 
 #define KEY(m, k) PyTuple_GET_ITEM((m)->keys, k)
@@ -369,14 +408,14 @@ static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyOb
     PyObject *clock = m->clock_host, *parent_context = NULL, *context = NULL, *span = NULL;
     PyObject *resource = NULL;
     int out = -1;
-    if ((attributes = new_attributes_dict()) == NULL) goto done;
+    if ((attributes = new_attributes_dict(GPU_BRICK_KEYS)) == NULL) goto done;
     if ((host_start = PyNumber_Add(rec->host_start, m->epoch)) == NULL) goto done;
     if ((host_duration = PyNumber_Subtract(rec->host_end, rec->host_start)) == NULL) goto done;
     PyObject *thread_name = PyDict_GetItemWithError(m->thread_names, rec->thread_id);
     if (thread_name == NULL && PyErr_Occurred()) goto done;
     if (PyDict_SetItem(attributes, KEY(m, K_SCOPE_KIND), PyTuple_GET_ITEM(g_kind_names, kind)) < 0 ||
-        PyDict_SetItem(attributes, KEY(m, K_HOST_START), host_start) < 0 ||
-        PyDict_SetItem(attributes, KEY(m, K_HOST_DURATION), host_duration) < 0 ||
+        PyDict_SetItem(attributes, KEY(m, K_HOST_START_NS), host_start) < 0 ||
+        PyDict_SetItem(attributes, KEY(m, K_HOST_DURATION_NS), host_duration) < 0 ||
         PyDict_SetItem(attributes, KEY(m, K_THREAD_ID), rec->thread_id) < 0 ||
         PyDict_SetItem(attributes, KEY(m, K_THREAD_NAME), thread_name ? thread_name : g_empty_str) < 0)
         goto done;
@@ -410,9 +449,9 @@ static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyOb
                 if ((cache->handle = PyObject_GetAttr(rec->stream, s_handle)) == NULL) goto done;
                 cache->stream = Py_NewRef(rec->stream);
             }
-            if (set_key(attributes, KEY(m, K_GPU_DURATION), PyNumber_Subtract(end, start)) < 0 ||
-                PyDict_SetItem(attributes, KEY(m, K_GPU_DEVICE), cache->device) < 0 ||
-                PyDict_SetItem(attributes, KEY(m, K_GPU_STREAM), cache->handle) < 0)
+            if (set_key(attributes, KEY(m, K_GPU_DURATION_NS), PyNumber_Subtract(end, start)) < 0 ||
+                PyDict_SetItem(attributes, KEY(m, K_GPU_DEVICE_ID), cache->device) < 0 ||
+                PyDict_SetItem(attributes, KEY(m, K_GPU_STREAM_ID), cache->handle) < 0)
                 goto done;
         }
     }
@@ -427,7 +466,7 @@ static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyOb
             Py_SETREF(start, Py_NewRef(rec->gpu_first));
             Py_SETREF(end, Py_NewRef(rec->gpu_last));
             clock = m->clock_cuda;
-            if (set_key(attributes, KEY(m, K_GPU_DURATION), PyNumber_Subtract(end, start)) < 0) goto done;
+            if (set_key(attributes, KEY(m, K_GPU_DURATION_NS), PyNumber_Subtract(end, start)) < 0) goto done;
         }
     }
     if (clock == m->clock_cuda && rec->link != Py_None) {
@@ -438,7 +477,7 @@ static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyOb
         if (widen_extent((RecordObject *)rec->link, start, end) < 0) goto done;
     }
     if (rec->gpu_error != Py_None) {
-        if (PyDict_SetItem(attributes, KEY(m, K_GPU_ERROR), rec->gpu_error) < 0 ||
+        if (PyDict_SetItem(attributes, KEY(m, K_GPU_TIMING_ERROR), rec->gpu_error) < 0 ||
             counts_add(m->counts, s_gpu_timing_errors) < 0)
             goto done;
     }
@@ -461,10 +500,10 @@ static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyOb
         if (duration == NULL) goto done;
         PyObject *self_ns = self_time_of(m, rec, duration);
         Py_DECREF(duration);
-        if (set_key(attributes, KEY(m, K_SELF), self_ns) < 0) goto done;
+        if (set_key(attributes, KEY(m, K_BRICK_SELF_DURATION_NS), self_ns) < 0) goto done;
         int has_elements = is_true(scope->elements);
         if (has_elements < 0) goto done;
-        if (has_elements && PyDict_SetItem(attributes, KEY(m, K_ELEMENTS), scope->elements) < 0) goto done;
+        if (has_elements && PyDict_SetItem(attributes, KEY(m, K_BRICK_ELEMENTS), scope->elements) < 0) goto done;
     } else if (kind == 3) {
         if (PyDict_SetItem(attributes, KEY(m, K_KERNEL_NAME), scope->name) < 0) goto done;
         PyObject *source = PyObject_CallOneArg(m->hash_of, scope->name);
@@ -472,7 +511,7 @@ static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyOb
         if (source != Py_None) {
             PyObject *text = PyObject_Format(source, s_hex16);
             Py_DECREF(source);
-            if (set_key(attributes, KEY(m, K_KERNEL_HASH), text) < 0) goto done;
+            if (set_key(attributes, KEY(m, K_KERNEL_SOURCE_HASH), text) < 0) goto done;
         } else {
             Py_DECREF(source);
         }
@@ -542,7 +581,16 @@ static PyObject *span_maker_build(SpanMakerObject *m, PyObject *arg) {
     return out;
 }
 
+/* SpanMaker(**fields): keyword arguments only, one per SPANMAKER_FIELDS (a missing or unknown
+ * one is a TypeError naming it); key_names must be this build's SPAN_KEYS and fields its
+ * SPAN_FIELDS, in order (a ValueError naming the first difference). */
 static PyObject *span_maker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    enum { N = (int)(sizeof(span_maker_field_names) / sizeof(span_maker_field_names[0])) };
+    PyObject *given[N];
+    if (take_fields("SpanMaker", args, kwargs, span_maker_field_names, N, given) < 0) return NULL;
+    if (check_names("SpanMaker", "key_names", given[2], span_key_names, K_COUNT) < 0 ||
+        check_names("SpanMaker", "fields", given[4], span_field_names, F_COUNT) < 0)
+        return NULL;
     SpanMakerObject *self = (SpanMakerObject *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     PyObject **slots[] = {
@@ -550,18 +598,7 @@ static PyObject *span_maker_new(PyTypeObject *type, PyObject *args, PyObject *kw
         SPANMAKER_FIELDS(X)
 #undef X
     };
-    Py_ssize_t n = (Py_ssize_t)(sizeof(slots) / sizeof(slots[0]));
-    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) {
-        PyErr_SetString(PyExc_TypeError, "SpanMaker takes positional arguments only");
-        Py_DECREF(self);
-        return NULL;
-    }
-    if (PyTuple_GET_SIZE(args) != n) {
-        PyErr_Format(PyExc_TypeError, "SpanMaker takes %zd arguments", n);
-        Py_DECREF(self);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) *slots[i] = Py_NewRef(PyTuple_GET_ITEM(args, i));
+    for (Py_ssize_t i = 0; i < N; i++) *slots[i] = Py_NewRef(given[i]);
     if (!PyType_Check(self->span_type) || !PyType_Check(self->context_type) ||
         !PyType_IsSubtype((PyTypeObject *)self->context_type, &PyTuple_Type) || !PyTuple_CheckExact(self->keys) ||
         PyTuple_GET_SIZE(self->keys) != K_COUNT || !PyTuple_CheckExact(self->fields) ||
@@ -572,6 +609,17 @@ static PyObject *span_maker_new(PyTypeObject *type, PyObject *args, PyObject *kw
         return NULL;
     }
     return (PyObject *)self;
+}
+
+/* SPAN_KEYS, the module constant: the key names in the K_* order. New reference. */
+PyObject *span_keys_tuple(void) {
+    PyObject *names = PyTuple_New(K_COUNT);
+    for (Py_ssize_t i = 0; names != NULL && i < K_COUNT; i++) {
+        PyObject *name = PyUnicode_FromString(span_key_names[i]);
+        if (name == NULL) Py_CLEAR(names);
+        else PyTuple_SET_ITEM(names, i, name);
+    }
+    return names;
 }
 
 static int span_maker_traverse(SpanMakerObject *self, visitproc visit, void *arg) {
