@@ -666,13 +666,21 @@ def _names(value: Any) -> tuple[str, ...]:
 #: The ``ABI_VERSION`` of ``brickscope._tablerows`` this code was written for.
 _TABLEROWS_ABI = 1
 _fast = native.load("brickscope._tablerows", abi=_TABLEROWS_ABI)
+
+
+def _configure_accelerator(fast: Any) -> None:
+    """Give the C row maker what the rows are made of (at import; tests that import the C
+    module directly call it too). Raises when its key or column table is not this module's."""
+    fast.setup(
+        key_names=_KEY_NAMES, keys=_KEYS, columns=tuple(COLUMNS),
+        typecodes="".join(_TYPECODES[d] for d in COLUMNS.values()), kind_codes=_KIND_CODES,
+        clock_cuda=A.CLOCK_CUDA, clock_gpu=A.CLOCK_GPU, hash=_hash, clean=_clean_one,
+    )  # fmt: skip
+
+
 if _fast is not None:
     try:
-        _fast.setup(
-            key_names=_KEY_NAMES, keys=_KEYS, columns=tuple(COLUMNS),
-            typecodes="".join(_TYPECODES[d] for d in COLUMNS.values()), kind_codes=_KIND_CODES,
-            clock_cuda=A.CLOCK_CUDA, clock_gpu=A.CLOCK_GPU, hash=_hash, clean=_clean_one,
-        )  # fmt: skip
+        _configure_accelerator(_fast)
     except (TypeError, ValueError) as exc:  # a build whose tables are not this code's: the Python rows
         native.refuse("brickscope._tablerows", str(exc))
         _fast = None
