@@ -13,7 +13,12 @@ setup(
     ext_modules=[
         Extension(
             "brickscope._hotpath",
-            sources=["src/brickscope/_hotpath.c"],
+            # One extension from several files (the layout: docs/native.md).
+            sources=[
+                f"src/brickscope/_hotpath_c/{name}.c"
+                for name in ("module", "record", "recorder", "scope", "spans", "fold", "cuda")
+            ],
+            depends=["src/brickscope/_hotpath_c/hotpath.h", "src/brickscope/_hotpath_c/compat.h"],
             optional=True,
         ),
         Extension(

@@ -77,11 +77,14 @@ class Record:
 #: The innermost open scope of the current context (thread or asyncio task).
 TOP: ContextVar[Record | None] = ContextVar("brickscope_top", default=None)
 
+#: The ``ABI_VERSION`` of ``brickscope._hotpath`` this Python code was written for (what its
+#: registration calls pass, its key tables, its types' layouts): another build is refused.
+HOTPATH_ABI = 1
 #: The scope hot path in C (``brickscope._hotpath``), or None: the Python code here, in
 #: ``_scope`` and in ``trace._recorder`` runs (the reference; see ``brickscope.native``).
-hotpath = native.load("brickscope._hotpath")
+hotpath = native.load("brickscope._hotpath", abi=HOTPATH_ABI)
 #: The pure-Python record (the reference layout).
 PyRecord = Record
 if hotpath is not None:
-    hotpath.init_stack(TOP, KIND_NAMES)
+    hotpath.init_stack(top=TOP, kind_names=KIND_NAMES)
     Record = hotpath.Record  # type: ignore[misc,assignment]  # same attributes, in C

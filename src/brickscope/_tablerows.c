@@ -14,9 +14,10 @@
  * stored here as the Python code would store it: a value that does not fit its column goes
  * through the reference's _clean.
  *
- * setup(keys, kind_codes, clock_cuda, clock_gpu, typecodes, hash, clean)
- *     once, from _table.py: the attribute keys a row is made of (_KEYS), KIND name -> code,
- *     the two GPU clock names, each column's typecode, _hash, and clean(value, column).
+ * setup(*, key_names, keys, columns, typecodes, kind_codes, clock_cuda, clock_gpu, hash, clean)
+ *     once, from _table.py: the attribute keys a row is made of (_KEYS) and their names (checked
+ *     against ROW_KEYS), the columns (checked against ROW_COLUMNS) and each one's typecode,
+ *     KIND name -> code, the two GPU clock names, _hash, and clean(value, column).
  * records(builder, batch) -> tuple of one bytes per column
  *     batch: a list of SpanRecord tuples (name, start, end, span_id, parent_id, resource,
  *     attributes).
@@ -25,23 +26,62 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdio.h>
+#include <string.h>
 
-#define N_KEYS 35
-#define N_COLUMNS 31
+/* The version of what this module expects from analysis/_table.py (setup's fields, the key
+ * and column tables): _table.py states the one it was written for, and brickscope.native.load
+ * refuses another. Raise it with any such change. */
+#define TABLEROWS_ABI_VERSION 1
+
 #define N_TILES 9
 
-/* Indexes into the keys (_table._KEYS). */
+/* The attribute keys a row is made of, in the order of the K_* slots, by the name of their
+ * constant in brickscope/trace/attributes.py (the declaration), or the short keyword itself;
+ * then N_TILES / 3 levels of TILE_COUNT, TILE_DURATION_NS, TILE_ELEMENTS (named "TILE_COUNT.0"
+ * ...). setup() checks _table.py's names against these, in order. */
+#define ROW_KEYS(X)                                                                                          \
+    X(KIND, "SCOPE_KIND") X(CATEGORY, "BRICK_CATEGORY") X(BRICK, "BRICK_NAME") X(SELF, "BRICK_SELF_DURATION_NS") \
+    X(CLOCK, "CLOCK") X(ORDINAL, "GPU_DEVICE_ID") X(HANDLE, "GPU_STREAM_ID") X(STEP, "STEP_NUMBER")            \
+    X(LAYER, "LAYER_INDEX") X(THREAD, "THREAD_ID") X(ELEMENTS, "BRICK_ELEMENTS") X(BYTES, "WORK_BYTES")        \
+    X(SHORT_BYTES, "bytes") X(SHAPE, "WORK_OUTPUT_SHAPE") X(SHORT_SHAPE, "output_shape") X(DTYPE, "WORK_DTYPE") \
+    X(SHORT_DTYPE, "dtype") X(FLOPS, "WORK_FLOPS") X(SHORT_FLOPS, "flops") X(TOKENS, "STEP_TOKENS")            \
+    X(SHORT_TOKENS, "tokens") X(GRID, "KERNEL_GRID") X(BLOCK, "KERNEL_BLOCK") X(SMEM, "KERNEL_SHARED_MEM_BYTES") \
+    X(SOURCE, "KERNEL_SOURCE_HASH") X(CHECKSUM, "OUTPUT_CHECKSUM")
 enum {
-    K_KIND, K_CATEGORY, K_BRICK, K_SELF, K_CLOCK, K_ORDINAL, K_HANDLE, K_STEP, K_LAYER, K_THREAD,
-    K_ELEMENTS, K_BYTES, K_SHORT_BYTES, K_SHAPE, K_SHORT_SHAPE, K_DTYPE, K_SHORT_DTYPE, K_FLOPS,
-    K_SHORT_FLOPS, K_TOKENS, K_SHORT_TOKENS, K_GRID, K_BLOCK, K_SMEM, K_SOURCE, K_CHECKSUM, K_TILES
+#define X(slot, name) K_##slot,
+    ROW_KEYS(X)
+#undef X
+    K_TILES
 };
-/* Indexes into the columns (_table.COLUMNS). */
+/* The columns (_table.COLUMNS), in their order; then the N_TILES tile columns,
+ * "tile_<level>_count", "_ns", "_elements" per level. */
+#define ROW_COLUMNS(X)                                                                                       \
+    X(OP, "op") X(KIND, "kind") X(CATEGORY, "category") X(START, "start") X(END, "end") X(SELF, "self")       \
+    X(CLOCK, "clock") X(DEVICE, "device") X(STREAM, "stream") X(STEP, "step") X(LAYER, "layer") X(RANK, "rank") \
+    X(THREAD, "thread") X(SPAN_ID, "span_id") X(PARENT_ID, "parent_id") X(ELEMENTS, "elements")              \
+    X(BYTES, "bytes") X(FLOPS, "flops") X(TOKENS, "tokens") X(LAUNCH, "launch") X(SOURCE, "source")            \
+    X(CHECKSUM, "checksum")
 enum {
-    C_OP, C_KIND, C_CATEGORY, C_START, C_END, C_SELF, C_CLOCK, C_DEVICE, C_STREAM, C_STEP, C_LAYER,
-    C_RANK, C_THREAD, C_SPAN_ID, C_PARENT_ID, C_ELEMENTS, C_BYTES, C_FLOPS, C_TOKENS, C_LAUNCH,
-    C_SOURCE, C_CHECKSUM, C_TILES
+#define X(slot, name) C_##slot,
+    ROW_COLUMNS(X)
+#undef X
+    C_TILES
 };
+#define N_KEYS (K_TILES + N_TILES)
+#define N_COLUMNS (C_TILES + N_TILES)
+static const char *const key_names[K_TILES] = {
+#define X(slot, name) name,
+    ROW_KEYS(X)
+#undef X
+};
+static const char *const column_names[C_TILES] = {
+#define X(slot, name) name,
+    ROW_COLUMNS(X)
+#undef X
+};
+static const char *const tile_keys[3] = {"TILE_COUNT", "TILE_DURATION_NS", "TILE_ELEMENTS"};
+static const char *const tile_columns[3] = {"_count", "_ns", "_elements"};
 enum { KIND_OTHER, KIND_STEP, KIND_LAYER, KIND_BRICK, KIND_KERNEL };
 
 #define FALLBACK 1 /* not the common case: the builder's Python _row makes this row */
@@ -509,14 +549,81 @@ static PyObject *raws(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return make_rows(args[0], args[1], 0);
 }
 
-static PyObject *setup(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "setup(keys, kind_codes, clock_cuda, clock_gpu, typecodes, hash, clean)");
+/* given is a tuple of str whose item i is the name C expects there (tiles: checked by
+ * tile_ok): 0; else -1 with a ValueError naming the first difference. */
+static int check_table(const char *what, PyObject *given, const char *const *names, Py_ssize_t named,
+                       Py_ssize_t total, int (*tile_ok)(Py_ssize_t, const char *)) {
+    if (!PyTuple_Check(given)) {
+        PyErr_Format(PyExc_TypeError, "setup: %s must be a tuple of str", what);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < total || i < PyTuple_GET_SIZE(given); i++) {
+        PyObject *item = i < PyTuple_GET_SIZE(given) ? PyTuple_GET_ITEM(given, i) : NULL;
+        const char *theirs = item == NULL ? "(nothing)" : PyUnicode_Check(item) ? PyUnicode_AsUTF8(item) : NULL;
+        if (theirs == NULL) {
+            if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "setup: %s must be a tuple of str", what);
+            return -1;
+        }
+        int ok = i >= total ? 0 : i < named ? strcmp(names[i], theirs) == 0 : tile_ok(i - named, theirs);
+        if (!ok) {
+            PyErr_Format(PyExc_ValueError, "setup: %s[%zd] is %s, the C table has %s there", what, i, theirs,
+                         i >= total ? "(nothing)" : i < named ? names[i] : "a tile");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int tile_key_ok(Py_ssize_t i, const char *name) {
+    char expected[64];
+    snprintf(expected, sizeof expected, "%s.%d", tile_keys[i % 3], (int)(i / 3));
+    return strcmp(expected, name) == 0;
+}
+
+static int tile_column_ok(Py_ssize_t i, const char *name) {
+    size_t n = strlen(name), m = strlen(tile_columns[i % 3]);
+    return strncmp(name, "tile_", 5) == 0 && n > m + 5 && strcmp(name + n - m, tile_columns[i % 3]) == 0;
+}
+
+/* setup(*, key_names, keys, columns, typecodes, kind_codes, clock_cuda, clock_gpu, hash, clean):
+ * keyword fields only (a missing or unknown one is a TypeError naming it); key_names and
+ * columns checked against this file's tables by name. */
+static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwargs) {
+    static const char *const fields[] = {"key_names", "keys", "columns", "typecodes", "kind_codes",
+                                         "clock_cuda", "clock_gpu", "hash", "clean"};
+    enum { N_FIELDS = 9 };
+    PyObject *v[N_FIELDS];
+    if (PyTuple_GET_SIZE(args) != 0) {
+        PyErr_SetString(PyExc_TypeError, "setup takes keyword arguments only");
         return NULL;
     }
-    PyObject *keys = args[0], *typecodes = args[4];
-    if (!PyTuple_Check(keys) || PyTuple_GET_SIZE(keys) != N_KEYS || !PyDict_Check(args[1]) ||
-        !PyUnicode_Check(args[2]) || !PyUnicode_Check(args[3]) || !PyUnicode_Check(typecodes) ||
+    for (int i = 0; i < N_FIELDS; i++) {
+        v[i] = kwargs == NULL ? NULL : PyDict_GetItemString(kwargs, fields[i]);
+        if (v[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "setup: missing field '%s'", fields[i]);
+            return NULL;
+        }
+    }
+    if (PyDict_GET_SIZE(kwargs) != N_FIELDS) {
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(kwargs, &pos, &key, &value)) {
+            const char *text = PyUnicode_AsUTF8(key);
+            if (text == NULL) return NULL;
+            int i = 0;
+            while (i < N_FIELDS && strcmp(fields[i], text) != 0) i++;
+            if (i == N_FIELDS) {
+                PyErr_Format(PyExc_TypeError, "setup: unknown field '%s'", text);
+                return NULL;
+            }
+        }
+    }
+    if (check_table("key_names", v[0], key_names, K_TILES, N_KEYS, tile_key_ok) < 0 ||
+        check_table("columns", v[2], column_names, C_TILES, N_COLUMNS, tile_column_ok) < 0)
+        return NULL;
+    PyObject *keys = v[1], *typecodes = v[3];
+    if (!PyTuple_Check(keys) || PyTuple_GET_SIZE(keys) != N_KEYS || !PyDict_Check(v[4]) ||
+        !PyUnicode_Check(v[5]) || !PyUnicode_Check(v[6]) || !PyUnicode_Check(typecodes) ||
         PyUnicode_GET_LENGTH(typecodes) != N_COLUMNS) {
         PyErr_Format(PyExc_TypeError, "setup: %d keys and %d column typecodes expected", N_KEYS, N_COLUMNS);
         return NULL;
@@ -551,22 +658,23 @@ static PyObject *setup(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         }
         g_typecodes[i] = (char)code;
     }
-    Py_INCREF(args[1]);
-    Py_XSETREF(g_kind_codes, args[1]);
-    Py_INCREF(args[2]);
-    Py_XSETREF(g_cuda, args[2]);
-    Py_INCREF(args[3]);
-    Py_XSETREF(g_gpu, args[3]);
-    Py_INCREF(args[5]);
-    Py_XSETREF(g_hash, args[5]);
-    Py_INCREF(args[6]);
-    Py_XSETREF(g_clean, args[6]);
+    Py_INCREF(v[4]);
+    Py_XSETREF(g_kind_codes, v[4]);
+    Py_INCREF(v[5]);
+    Py_XSETREF(g_cuda, v[5]);
+    Py_INCREF(v[6]);
+    Py_XSETREF(g_gpu, v[6]);
+    Py_INCREF(v[7]);
+    Py_XSETREF(g_hash, v[7]);
+    Py_INCREF(v[8]);
+    Py_XSETREF(g_clean, v[8]);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
-    {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL,
-     "setup(keys, kind_codes, clock_cuda, clock_gpu, typecodes, hash, clean): what _table.py's rows are made of."},
+    {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,
+     "setup(*, key_names, keys, columns, typecodes, kind_codes, clock_cuda, clock_gpu, hash, clean): what "
+     "_table.py's rows are made of."},
     {"records", (PyCFunction)(void (*)(void))records, METH_FASTCALL,
      "records(builder, batch) -> one bytes per column: the rows TableBuilder._row makes of SpanRecords."},
     {"raws", (PyCFunction)(void (*)(void))raws, METH_FASTCALL,
@@ -594,5 +702,7 @@ PyMODINIT_FUNC PyInit__tablerows(void) {
     if (!g_empty || !g_other || !s_op_codes || !s_category_codes || !s_resources || !s_lanes || !s_row ||
         !s_launch_code || !s_get)
         return NULL;
-    return PyModule_Create(&module_def);
+    PyObject *module = PyModule_Create(&module_def);
+    if (module != NULL && PyModule_AddIntConstant(module, "ABI_VERSION", TABLEROWS_ABI_VERSION) < 0) Py_CLEAR(module);
+    return module;
 }

@@ -13,9 +13,14 @@ Example::
 
     from brickscope import native
 
-    _hot = native.load("brickscope._hotpath")   # the module, or None: use the Python code
+    _hot = native.load("brickscope._hotpath", abi=4)   # the module, or None: use the Python code
     native.implementations()["brickscope._hotpath"]
     # Implementation(in_use='c', reason=None), or in_use='python' and the reason
+
+Each C module exports an integer ``ABI_VERSION``, raised whenever what it expects from the
+Python beside it changes (a registration field, a key table, a type's layout); the Python
+code states the version it was written for, and :func:`load` refuses a module built for
+another one (a stale build left next to newer sources), so the Python code runs instead.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import os
 from types import ModuleType
 from typing import NamedTuple
 
-__all__ = ["PURE_PYTHON", "REQUIRE_NATIVE", "Implementation", "implementations", "load", "note"]
+__all__ = ["PURE_PYTHON", "REQUIRE_NATIVE", "Implementation", "implementations", "load", "note", "refuse"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,11 +63,19 @@ def note(part: str, in_use: str, reason: str | None = None) -> None:
     _parts[part] = Implementation(in_use, reason)
 
 
-def load(name: str) -> ModuleType | None:
+def load(name: str, abi: int | None = None) -> ModuleType | None:
     """The accelerator module ``name``, or None: the switch is set, or it is not built.
 
     A module that exists but fails to import (built for another Python, a missing
-    symbol) is logged once and treated as not built.
+    symbol) is logged once and treated as not built. With ``abi``, a module whose
+    ``ABI_VERSION`` is another (or missing: built before the check) is refused the same
+    way: one warning, and the Python code runs.
+
+    Args:
+        name: the accelerator's module name.
+        abi: the ``ABI_VERSION`` the calling Python code was written for.
+
+    .. versionchanged:: the ``abi`` argument.
     """
     if PURE_PYTHON:
         note(name, "python", "BRICKSCOPE_PURE_PYTHON is set")
@@ -80,8 +93,26 @@ def load(name: str) -> ModuleType | None:
         logger.warning("brickscope: the accelerator %s does not import (%s); using pure Python", name, exc)
         note(name, "python", f"does not import: {exc}")
         return None
+    if abi is not None:
+        built = getattr(module, "ABI_VERSION", None)
+        if built != abi:
+            reason = (
+                f"built for ABI {built}, this Python expects {abi}"
+                if isinstance(built, int)
+                else f"built without an ABI version, this Python expects {abi}"
+            )
+            logger.warning("brickscope: the accelerator %s is %s (rebuild it); using pure Python", name, reason)
+            note(name, "python", reason)
+            return None
     note(name, "c")
     return module
+
+
+def refuse(name: str, reason: str) -> None:
+    """Record that the loaded accelerator ``name`` is not used after all (its registration
+    found it does not fit the Python code: a key table that differs), with one warning."""
+    logger.warning("brickscope: the accelerator %s does not fit this Python (%s); using pure Python", name, reason)
+    note(name, "python", reason)
 
 
 def implementations() -> dict[str, Implementation]:

@@ -44,10 +44,7 @@ def _fast():
         pytest.skip(f"{NAME} is not built here (no C compiler?): nothing to compare")
     module = importlib.import_module(NAME)
     if _table._fast is None:  # the pure-Python pass imported _table without it: set it up
-        module.setup(
-            _table._KEYS, _table._KIND_CODES, A.CLOCK_CUDA, A.CLOCK_GPU,
-            "".join(_table._TYPECODES[d] for d in COLUMNS.values()), _table._hash, _table._clean_one,
-        )  # fmt: skip
+        _table._configure_accelerator(module)
     return module
 
 

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import pytest
 
-from brickscope import native
+from brickscope import _record, native
 from brickscope._gpu import CudaError, CudaTimer
 
 pytestmark = pytest.mark.gpu
@@ -50,6 +50,17 @@ def test_the_c_marker_is_there_when_the_accelerator_is(timer: CudaTimer) -> None
     """With the accelerator in use, the timer has its C marker (a silent fallback would hide a slow path)."""
     in_use = native.implementations()["brickscope._hotpath"].in_use
     assert (timer._marker is not None) == (in_use == "c")
+
+
+def test_the_c_marker_asks_for_the_entry_points_its_signatures_were_written_for(timer: CudaTimer, simdriver: Any) -> None:
+    """The C marker's entry points are requested at the CUDA version of its typedefs (CUDA_VERSION),
+    not at the driver's (13000 here, where cuEventElapsedTime would be its _v2)."""
+    if timer._marker is None:
+        pytest.skip("no C marker (pure Python)")
+    version = _record.hotpath.CUDA_VERSION
+    assert version == 12000
+    for name in ("cuEventRecord", "cuCtxGetCurrent", "cuEventQuery", "cuEventElapsedTime", "cuCtxPushCurrent", "cuCtxPopCurrent"):
+        assert simdriver.requested_version(name) == version, name
 
 
 def test_a_mark_records_one_event_and_keeps_it_until_released(timer: CudaTimer, simdriver: Any) -> None:

@@ -88,6 +88,8 @@ class SimDriver:
         lib.simcuda_counter.restype = ctypes.c_uint64
         lib.simcuda_call_count.argtypes = [ctypes.c_char_p]
         lib.simcuda_call_count.restype = ctypes.c_int64
+        lib.simcuda_requested_version.argtypes = [ctypes.c_char_p]
+        lib.simcuda_requested_version.restype = ctypes.c_int
         lib.simcuda_event_time_ns.argtypes = [ctypes.c_void_p, u64p]
         lib.simcuda_event_time_ns.restype = ctypes.c_int
         lib.simcuda_reset.argtypes = []
@@ -144,6 +146,13 @@ class SimDriver:
         if rc != 0:
             raise SimCudaError("simcuda_event_time_ns", rc)
         return out.value
+
+    def requested_version(self, entry_point: str) -> int:
+        """The CUDA version cuGetProcAddress was last asked for ``entry_point`` at (0: never)."""
+        v = self._lib.simcuda_requested_version(entry_point.encode())
+        if v < 0:
+            raise KeyError(entry_point)
+        return v
 
     def calls(self, entry_point: str) -> int:
         """How often an entry point was called since the last reset (``_v2`` counts under the base name)."""

@@ -986,9 +986,15 @@ static const struct {
     {"cuMemcpyDtoH", 3020, (void *)cuMemcpyDtoH_v2},
 };
 
+/* The cudaVersion each entry point was last requested at (indexed as SIM_ENTRY_POINTS; 0:
+ * never), so that tests can check the version a caller asks for (simcuda_requested_version). */
+static int g_requested_version[EP_COUNT];
+
 static CUresult get_proc(const char *symbol, void **pfn, int cudaVersion, int *status) {
     pthread_mutex_lock(&g_lock);
     g_calls[EP_cuGetProcAddress]++;
+    for (int i = 0; symbol && i < EP_COUNT; i++)
+        if (strcmp(ep_names[i], symbol) == 0) g_requested_version[i] = cudaVersion;
     pthread_mutex_unlock(&g_lock);
     if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
     *pfn = NULL;
@@ -1116,6 +1122,17 @@ SIM_EXPORT int64_t simcuda_call_count(const char *name) {
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < EP_COUNT; i++)
         if (strcmp(ep_names[i], name) == 0) v = (int64_t)g_calls[i];
+    pthread_mutex_unlock(&g_lock);
+    return v;
+}
+
+/* The cudaVersion cuGetProcAddress was last asked for an entry point at (names as in
+ * SIM_ENTRY_POINTS); 0: never asked; -1: an unknown name. Not reset by simcuda_reset. */
+SIM_EXPORT int simcuda_requested_version(const char *name) {
+    int v = -1;
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < EP_COUNT; i++)
+        if (strcmp(ep_names[i], name) == 0) v = g_requested_version[i];
     pthread_mutex_unlock(&g_lock);
     return v;
 }

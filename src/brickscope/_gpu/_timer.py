@@ -35,7 +35,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from brickscope import _record
+from brickscope import _clock, _record
 from brickscope._gpu import _driver
 from brickscope._gpu._driver import CudaError, CudaUnavailable, check, error_name, in_context
 from brickscope._gpu._events import EventBudget, EventPool, PoolExhausted
@@ -559,15 +559,21 @@ def _make_marker(drv: ModuleType, timer: CudaTimer) -> Any:
     if hotpath is None:
         return None
     try:
-        version = check(drv.cuDriverGetVersion())
         names = (
-            b"cuEventRecord", b"cuCtxGetCurrent", b"cuEventQuery", b"cuEventElapsedTime",
-            b"cuCtxPushCurrent", b"cuCtxPopCurrent",
+            "cuEventRecord", "cuCtxGetCurrent", "cuEventQuery", "cuEventElapsedTime", "cuCtxPushCurrent",
+            "cuCtxPopCurrent",
         )  # fmt: skip
-        pointers = [int(check(drv.cuGetProcAddress(name, version, 0))[0]) for name in names]
-        if not all(pointers):
+        # At the CUDA version the C side's signatures were written for, not the driver's: a
+        # later driver may give a newer variant of an entry point, with another ABI.
+        pointers = {
+            name: int(check(drv.cuGetProcAddress(name.encode(), hotpath.CUDA_VERSION, 0))[0]) for name in names
+        }
+        if not all(pointers.values()):
             return None
-        return hotpath.CudaMarker(timer, timer._marks, timer._ids, globals(), *pointers)  # noqa: SLF001
+        return hotpath.CudaMarker(
+            timer=timer, marks=timer._marks, ids=timer._ids, timer_globals=globals(),  # noqa: SLF001
+            host_ns=_clock.host_ns, clock_globals=vars(_clock), **pointers,
+        )  # fmt: skip
     except Exception:  # noqa: BLE001 - the Python mark() works without it
         logger.debug("brickscope: no C marker for CUDA events", exc_info=True)
         return None

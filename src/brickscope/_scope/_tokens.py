@@ -122,8 +122,9 @@ def end_brick(handle: BrickHandle, error: BaseException | None = None) -> None:
 
 if _hot is not None:
     _hot.init_scopes(
-        vars(_state), _enter_failed, _exit_failed, _exit_out_of_order, _exit_entry_out_of_order,
-        _INERT, enter_scope, exit_scope,
+        state_globals=vars(_state), enter_failed=_enter_failed, exit_failed=_exit_failed,
+        exit_out_of_order=_exit_out_of_order, exit_entry_out_of_order=_exit_entry_out_of_order,
+        inert=_INERT, enter_scope=enter_scope, exit_scope=exit_scope,
     )  # fmt: skip
     # Tokens in C too (brickscope.torch's module calls); misuse and the rest: the Python above.
     enter_scope = _hot.enter_scope  # type: ignore[assignment]  # noqa: F811

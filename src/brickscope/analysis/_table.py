@@ -93,13 +93,22 @@ _BATCH_ROWS = 1 << 14
 _EMPTY: dict[str, Any] = {}
 #: The attributes a row is made of, in the order :meth:`TableBuilder._row` unpacks them:
 #: the semantic-convention name, then the short keyword a scope may have been given.
-_KEYS = (
-    A.SCOPE_KIND, A.BRICK_CATEGORY, A.BRICK_NAME, A.BRICK_SELF_DURATION_NS, A.CLOCK, A.GPU_DEVICE_ID,
-    A.GPU_STREAM_ID, A.STEP_NUMBER, A.LAYER_INDEX, A.THREAD_ID, A.BRICK_ELEMENTS, A.WORK_BYTES, "bytes",
-    A.WORK_OUTPUT_SHAPE, "output_shape", A.WORK_DTYPE, "dtype", A.WORK_FLOPS, "flops", A.STEP_TOKENS, "tokens",
-    A.KERNEL_GRID, A.KERNEL_BLOCK, A.KERNEL_SHARED_MEM_BYTES, A.KERNEL_SOURCE_HASH, A.OUTPUT_CHECKSUM,
-    *(key.format(level) for level in A.TILE_LEVELS for key in (A.TILE_COUNT, A.TILE_DURATION_NS, A.TILE_ELEMENTS)),
+#: Each by the name of its constant in trace/attributes.py (a short keyword: itself), the
+#: names the C row maker checks its key table against (``ROW_KEYS`` in _tablerows.c).
+_KEY_NAMES = (
+    "SCOPE_KIND", "BRICK_CATEGORY", "BRICK_NAME", "BRICK_SELF_DURATION_NS", "CLOCK", "GPU_DEVICE_ID",
+    "GPU_STREAM_ID", "STEP_NUMBER", "LAYER_INDEX", "THREAD_ID", "BRICK_ELEMENTS", "WORK_BYTES", "bytes",
+    "WORK_OUTPUT_SHAPE", "output_shape", "WORK_DTYPE", "dtype", "WORK_FLOPS", "flops", "STEP_TOKENS", "tokens",
+    "KERNEL_GRID", "KERNEL_BLOCK", "KERNEL_SHARED_MEM_BYTES", "KERNEL_SOURCE_HASH", "OUTPUT_CHECKSUM",
+    *(f"{key}.{i}" for i in range(len(A.TILE_LEVELS)) for key in ("TILE_COUNT", "TILE_DURATION_NS", "TILE_ELEMENTS")),
 )  # fmt: skip
+_KEYS = tuple(
+    getattr(A, name.partition(".")[0]).format(A.TILE_LEVELS[int(name.partition(".")[2])])
+    if name.startswith("TILE_")
+    else getattr(A, name) if name.isupper()
+    else name  # a short keyword
+    for name in _KEY_NAMES
+)
 _TILE_VALUES = 3 * len(A.TILE_LEVELS)
 _TYPECODES = {"int64": "q", "uint64": "Q", "float64": "d"}
 
@@ -654,8 +663,24 @@ def _names(value: Any) -> tuple[str, ...]:
 
 #: The C row maker (``brickscope._tablerows``), or None: :meth:`TableBuilder._row` and
 #: :meth:`TableBuilder._store` make every row (the reference; see ``brickscope.native``).
-_fast = native.load("brickscope._tablerows")
+#: The ``ABI_VERSION`` of ``brickscope._tablerows`` this code was written for.
+_TABLEROWS_ABI = 1
+_fast = native.load("brickscope._tablerows", abi=_TABLEROWS_ABI)
+
+
+def _configure_accelerator(fast: Any) -> None:
+    """Give the C row maker what the rows are made of (at import; tests that import the C
+    module directly call it too). Raises when its key or column table is not this module's."""
+    fast.setup(
+        key_names=_KEY_NAMES, keys=_KEYS, columns=tuple(COLUMNS),
+        typecodes="".join(_TYPECODES[d] for d in COLUMNS.values()), kind_codes=_KIND_CODES,
+        clock_cuda=A.CLOCK_CUDA, clock_gpu=A.CLOCK_GPU, hash=_hash, clean=_clean_one,
+    )  # fmt: skip
+
+
 if _fast is not None:
-    _fast.setup(
-        _KEYS, _KIND_CODES, A.CLOCK_CUDA, A.CLOCK_GPU, "".join(_TYPECODES[d] for d in COLUMNS.values()), _hash, _clean_one
-    )
+    try:
+        _configure_accelerator(_fast)
+    except (TypeError, ValueError) as exc:  # a build whose tables are not this code's: the Python rows
+        native.refuse("brickscope._tablerows", str(exc))
+        _fast = None

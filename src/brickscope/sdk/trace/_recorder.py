@@ -463,12 +463,12 @@ def _describe(error: BaseException) -> tuple[str, str, str]:
 
 if _hotpath is not None:
     _hotpath.init_recorder(
-        _otel_context.runtime_var,
-        _current_context,
-        globals(),  # the C side reads perf_counter_ns here on each use, as the Python does
-        time.perf_counter_ns,
-        time.get_clock_info("perf_counter").implementation == "clock_gettime(CLOCK_MONOTONIC)",
-        _release_context,
-        _repair_stack,
-        _describe,
+        otel_var=_otel_context.runtime_var,
+        otel_current=_current_context,
+        clock_globals=globals(),  # the C side reads perf_counter_ns here on each use, as the Python does
+        perf_counter_ns=time.perf_counter_ns,
+        clock_is_monotonic=time.get_clock_info("perf_counter").implementation == "clock_gettime(CLOCK_MONOTONIC)",
+        release_context=_release_context,
+        repair_stack=_repair_stack,
+        describe=_describe,
     )

@@ -25,12 +25,13 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import DEFAULT_TRACE_STATE, SpanContext, SpanKind, Status, StatusCode
 
-from brickscope import _catalog, _kernel_sources, _otel_context
+from brickscope import _catalog, _kernel_sources, _otel_context, native
 from brickscope._clock import EPOCH_OFFSET_NS
 from brickscope._record import KIND_BRICK, KIND_KERNEL, KIND_LAYER, KIND_NAMES, KIND_STEP, Record, hotpath
 from brickscope.sdk import _otel_internals
 from brickscope.sdk.trace._counters import Counters
 from brickscope.sdk.trace._unsampled import self_time
+from brickscope.trace import attributes as attribute_keys
 from brickscope.trace.attributes import (
     BRICK_CATEGORY,
     BRICK_ELEMENTS,
@@ -243,15 +244,28 @@ class SpanBuilder:
         return context
 
 
-#: The attribute keys SpanMaker writes, in its order (brickscope/_hotpath.c, ``K_*``).
-_MAKER_KEYS = (
-    SCOPE_KIND, HOST_START_NS, HOST_DURATION_NS, THREAD_ID, THREAD_NAME, GPU_DURATION_NS, GPU_DEVICE_ID,
-    GPU_STREAM_ID, GPU_TIMING_ERROR, CLOCK, BRICK_NAME, BRICK_CATEGORY, LAYER_INDEX, STEP_NUMBER,
-    BRICK_SELF_DURATION_NS, BRICK_ELEMENTS, KERNEL_NAME, KERNEL_SOURCE_HASH,
+#: The attribute keys SpanMaker writes, by their constants' names in trace/attributes.py, in
+#: its slot order; the C side checks them by name (``SPAN_KEYS`` in _hotpath_c/spans.c).
+_MAKER_KEY_NAMES = (
+    "SCOPE_KIND", "HOST_START_NS", "HOST_DURATION_NS", "THREAD_ID", "THREAD_NAME", "GPU_DURATION_NS",
+    "GPU_DEVICE_ID", "GPU_STREAM_ID", "GPU_TIMING_ERROR", "CLOCK", "BRICK_NAME", "BRICK_CATEGORY", "LAYER_INDEX",
+    "STEP_NUMBER", "BRICK_SELF_DURATION_NS", "BRICK_ELEMENTS", "KERNEL_NAME", "KERNEL_SOURCE_HASH",
 )  # fmt: skip
+_MAKER_KEYS = tuple(getattr(attribute_keys, name) for name in _MAKER_KEY_NAMES)
 #: What ReadableSpan.__init__ stores, in its order (``F_*``), or None where the C maker may
 #: not write them (the ``sdk.readable_span`` fast path, probed in _otel_internals).
 _SPAN_FIELDS = _otel_internals.readable_span_fields(INSTRUMENTATION_SCOPE) if hotpath is not None else None
+
+
+def _key_mismatch(names: Any) -> str | None:
+    """Why the C span maker's key table (``SPAN_KEYS``) is not :data:`_MAKER_KEY_NAMES`, or None."""
+    names = tuple(names)
+    for i, (mine, theirs) in enumerate(zip(_MAKER_KEY_NAMES, names)):
+        if mine != theirs:
+            return f"its span key {i} is {theirs}, sdk/trace/_spans.py has {mine}"
+    if len(names) != len(_MAKER_KEY_NAMES):
+        return f"it writes {len(names)} span keys, sdk/trace/_spans.py {len(_MAKER_KEY_NAMES)}"
+    return None
 
 
 _MAKER_USABLE = (
@@ -260,6 +274,10 @@ _MAKER_USABLE = (
     and _otel_context.sampled_context is _otel_context._fast_sampled_context  # noqa: SLF001
     and _SPAN_FIELDS is not None
 )
+if _MAKER_USABLE and (_mismatch := _key_mismatch(hotpath.SPAN_KEYS)) is not None:
+    # a C build whose key table is not this Python's: the Python builder makes every span
+    native.refuse("brickscope._hotpath.SpanMaker", _mismatch)
+    _MAKER_USABLE = False
 
 
 def _span_maker(builder: SpanBuilder) -> Any:
@@ -273,12 +291,14 @@ def _span_maker(builder: SpanBuilder) -> Any:
     random_ids = type(generator) is RandomIdGenerator and type(generator).generate_span_id is RandomIdGenerator.generate_span_id
     try:
         maker = hotpath.SpanMaker(
-            ReadableSpan, SpanContext, _MAKER_KEYS, _SPAN_FIELDS, CLOCK_HOST, CLOCK_CUDA, EPOCH_OFFSET_NS,
-            builder._thread_names, builder._counts, builder._gpu_interval,  # noqa: SLF001
-            _catalog._resolved, _catalog.resolve, _kernel_sources.hash_of,  # noqa: SLF001
-            _otel_context.SAMPLED, DEFAULT_TRACE_STATE, SpanKind.INTERNAL, _UNSET, INSTRUMENTATION_SCOPE,
-            random.getrandbits if random_ids else None, _otel_context._id_lock, _otel_context.assign_span_id,  # noqa: SLF001
-            generator, builder._provider, builder._recorder,  # noqa: SLF001
+            span_type=ReadableSpan, context_type=SpanContext, key_names=_MAKER_KEY_NAMES, keys=_MAKER_KEYS,
+            fields=_SPAN_FIELDS, clock_host=CLOCK_HOST, clock_cuda=CLOCK_CUDA, epoch=EPOCH_OFFSET_NS,
+            thread_names=builder._thread_names, counts=builder._counts, gpu_interval=builder._gpu_interval,  # noqa: SLF001
+            resolved=_catalog._resolved, resolve=_catalog.resolve, hash_of=_kernel_sources.hash_of,  # noqa: SLF001
+            sampled=_otel_context.SAMPLED, trace_state=DEFAULT_TRACE_STATE, span_kind=SpanKind.INTERNAL,
+            status=_UNSET, scope=INSTRUMENTATION_SCOPE, getrandbits=random.getrandbits if random_ids else None,
+            id_lock=_otel_context._id_lock, assign_span_id=_otel_context.assign_span_id,  # noqa: SLF001
+            id_generator=generator, provider=builder._provider, recorder=builder._recorder,  # noqa: SLF001
         )  # fmt: skip
     except Exception:  # noqa: BLE001 - an accelerator that does not fit: the Python builder
         logger.warning("brickscope: the C span builder could not be set up; spans are built in Python", exc_info=True)

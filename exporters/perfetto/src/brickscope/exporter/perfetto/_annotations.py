@@ -31,8 +31,10 @@ from brickscope import native
 
 from ._schema import META
 
+#: The ``ABI_VERSION`` of ``_fastread`` this package's Python was written for.
+FASTREAD_ABI = 1
 #: The C decoder of a packet's annotations (_fastread.c), or None: the Python code below.
-_fast = native.load("brickscope.exporter.perfetto._fastread")
+_fast = native.load("brickscope.exporter.perfetto._fastread", abi=FASTREAD_ABI)
 
 _RESERVED_PREFIX = META + "."
 

@@ -1396,7 +1396,11 @@ PyMODINIT_FUNC PyInit__fastread(void) {
     if (s_zero == NULL || s_empty_tuple == NULL || PyType_Ready(&OpenSliceType) < 0) return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL) return NULL;
-    if (PyModule_AddObjectRef(module, "OpenSlice", (PyObject *)&OpenSliceType) < 0) {
+    /* The version of what this module expects from the reader's Python (configure's arguments,
+     * the decoder state it shares): _annotations.py states the one it was written for, and
+     * brickscope.native.load refuses another. Raise it with any such change. */
+    if (PyModule_AddObjectRef(module, "OpenSlice", (PyObject *)&OpenSliceType) < 0 ||
+        PyModule_AddIntConstant(module, "ABI_VERSION", 1) < 0) {
         Py_DECREF(module);
         return NULL;
     }
