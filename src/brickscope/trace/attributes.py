@@ -43,7 +43,7 @@ STEP_NUMBER = "brickscope.step.number"
 #: int: bytes the scope moved to and from memory (reads plus writes), for GB/s and
 #: arithmetic intensity. Brick and kernel spans, when given: ``bs.brick("gemm", bytes=n)``.
 WORK_BYTES = "brickscope.work.bytes"
-#: int: floating-point operations the scope performed, for FLOP/s and the roofline.
+#: int or float: floating-point operations the scope performed, for FLOP/s and the roofline.
 #: Brick and kernel spans, when given: ``bs.brick("gemm", flops=2 * m * n * k)``.
 WORK_FLOPS = "brickscope.work.flops"
 #: int[]: shape of the scope's output tensor; with :data:`WORK_DTYPE` it gives the
@@ -96,15 +96,16 @@ TILE_ELEMENTS = "brickscope.tile.{}.elements"
 
 # --- output checksums (opt-in) ----------------------------------------------------
 
-#: str: FNV-1a 64 of the scope's output buffer (16 hex digits), for divergence checks.
-#: On brick and kernel spans given ``checksum=`` (see docs/analysis.md, divergence).
+#: str: lane-parallel FNV-1a 64 of the output bytes given to ``bs.checksum`` (16 hex
+#: digits; several calls in one scope fold into one), for divergence checks. On the
+#: innermost open scope of the call, when sampled (docs/analysis.md, divergence).
 OUTPUT_CHECKSUM = "brickscope.output.checksum"
-#: int: bytes the checksum covered.
+#: int: bytes the checksum covered (summed over the scope's ``bs.checksum`` calls).
 OUTPUT_CHECKSUM_BYTES = "brickscope.output.checksum_bytes"
 
 # --- clocks and timing -----------------------------------------------------------
 
-#: str: the clock that timed the span's own start and end: ``"host"`` or ``"cuda"``.
+#: str: the clock that timed the span's own start and end: ``"host"``, ``"cuda"`` or ``"gpu"``.
 CLOCK = "brickscope.clock"
 CLOCK_HOST = "host"
 CLOCK_CUDA = "cuda"
@@ -128,8 +129,9 @@ GPU_DURATION_NS = "brickscope.gpu.duration_ns"
 GPU_DEVICE_ID = "brickscope.gpu.device.id"
 #: int: the CUDA stream handle the scope was timed on (0 = legacy default stream).
 GPU_STREAM_ID = "brickscope.gpu.stream.id"
-#: str: why GPU timing was wanted but is missing on this span (a CUDA error name,
-#: ``"no_driver"``...). The span is then host-timed (``brickscope.clock = "host"``).
+#: str: why GPU timing was wanted but is missing on this span: a CUDA error name
+#: (``"CUDA_ERROR_LAUNCH_FAILED"``...), ``"mark_failed"`` (an event could not be recorded)
+#: or ``"unresolved_at_shutdown"``. The span is then host-timed (``brickscope.clock = "host"``).
 GPU_TIMING_ERROR = "brickscope.gpu.timing_error"
 #: str: why this span has no GPU timing by design (not an error): ``"cuda_graph_capture"``
 #: for a brick opened while its stream was capturing a CUDA graph (brickscope.torch).
