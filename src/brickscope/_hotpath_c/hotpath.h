@@ -9,7 +9,7 @@
  * Everything rare or policy-laden stays in Python and is called from here: a root
  * scope's sampling and OTel context (Recorder._open_root), GPU marks
  * (Recorder._open_gpu/_mark_end), stack repairs, sync points, error descriptions,
- * failure logging. The pure-Python code in _record.py, _scope.py and
+ * failure logging. The pure-Python code in _record.py, _scope/ and
  * sdk/trace/_recorder.py is the reference; these files mirror it line for line and
  * tests/unit/test_native.py checks that both give the same spans.
  *
