@@ -32,6 +32,70 @@ def test_the_implementation_in_use_is_the_one_asked_for():
     assert (_annotations._fast is not None) == (in_use == "c")
 
 
+def _configure_fields():
+    """The keyword fields the reader registers (``_reader.configure_accelerator``), in order."""
+    fields: dict = {}
+
+    class Capture:
+        def configure(self, *args, **kwargs):
+            assert not args, "the reader registers by keyword fields only"
+            fields.update(kwargs)
+
+    _reader.configure_accelerator(Capture())
+    return fields
+
+
+def test_configure_refuses_positional_arguments(fast):
+    fields = _configure_fields()
+    with pytest.raises(TypeError, match="configure takes keyword arguments only"):
+        fast.configure(*fields.values())
+    with pytest.raises(TypeError, match="configure takes keyword arguments only"):
+        fast.configure(fields["resource"], **{k: v for k, v in fields.items() if k != "resource"})
+
+
+@pytest.mark.parametrize("missing", list(_configure_fields()))
+def test_configure_names_a_missing_field(fast, missing):
+    fields = {k: v for k, v in _configure_fields().items() if k != missing}
+    with pytest.raises(TypeError, match=f"configure: missing field '{missing}'"):
+        fast.configure(**fields)
+
+
+def test_configure_names_an_unknown_field(fast):
+    with pytest.raises(TypeError, match="configure: unknown field 'max_packets'"):
+        fast.configure(**_configure_fields(), max_packets=1)
+
+
+def test_a_refused_configure_changes_nothing(fast, tmp_path, monkeypatch):
+    """A refused registration leaves the one before in place: feed still reads as the reader
+    does (a resource maker that raises, had it been taken, would fail the read)."""
+    fields = _configure_fields()
+
+    def broken(*args):
+        raise AssertionError("a refused configure() took its resource maker")
+
+    for bad in ({**fields, "resource": broken, "hold": -1}, {**fields, "resource": broken, "meta_name": 1},
+                {**fields, "resource": broken, "extra": 0}, {k: v for k, v in fields.items() if k != "hold"}):
+        with pytest.raises((TypeError, ValueError)):
+            fast.configure(**bad)
+    with pytest.raises(TypeError):
+        fast.configure(broken, **{k: v for k, v in fields.items() if k != "resource"})
+    path = tmp_path / "t.pftrace"
+    with PerfettoSpanExporter(path) as exporter:
+        exporter.export([make_span(100 + i, f"op{i}", T0 + i, T0 + i + 5, None, attributes=THREAD) for i in range(8)])
+
+    def records():
+        with open_records(path) as stream:
+            return [(*r[:5], r[5].attributes) for r in stream]
+
+    for module in (_annotations, _reader):
+        monkeypatch.setattr(module, "_fast", fast)
+    accelerated = records()
+    for module in (_annotations, _reader):
+        monkeypatch.setattr(module, "_fast", None)
+    assert records() == accelerated
+    assert len(accelerated) == 8
+
+
 
 
 def _typed(decoded):

@@ -653,9 +653,10 @@ undecodable:
 
 /* ---- feed(): the reader's decoder loop (_reader._Decoder.packet + ready) over a buffer ----
  *
- * configure(resource, hold, max_waiting, max_packet, cache_limit, cleared_flag, clock_realtime,
+ * configure(*, resource, hold, max_waiting, max_packet, cache_limit, cleared_flag, clock_realtime,
  *           meta_name, host_start_key, host_duration_key, gpu_duration_key)
- *     once, at import: the reader's constants and its _resource(uuid, descriptors) function.
+ *     once, at import, by keyword fields only: the reader's constants and its
+ *     _resource(uuid, descriptors) function.
  * feed(decoder, buffer, offset, out, records) -> offset
  *     Decodes the packets of buffer (bytes of a Trace: length-delimited packet fields) from
  *     offset on, with the _Decoder's own state (its sequences, open slices, ended deque,
@@ -732,41 +733,70 @@ static PyObject *s_span_id, *s_implied, *s_parent_span_id, *s_gpu_flag, *s_event
     *s_released, *s_resources, *s_descriptors, *s_decoded_method, *s_append, *s_popleft, *s_empty_str, *s_zero,
     *s_empty_tuple, *s_ours, *s_start, *s_meta, *s_flows;
 
-static PyObject *configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "configure: 11 arguments expected");
+/* configure(*, resource, hold, ...): keyword fields only; a positional argument, a missing
+ * field or an unknown one is a TypeError naming it (as the core's take_fields in
+ * _hotpath_c/module.c). Nothing changes unless every field is accepted. */
+static PyObject *configure(PyObject *module, PyObject *args, PyObject *kwargs) {
+    static const char *const fields[] = {"resource",       "hold",          "max_waiting",    "max_packet",
+                                         "cache_limit",    "cleared_flag",  "clock_realtime", "meta_name",
+                                         "host_start_key", "host_duration_key", "gpu_duration_key"};
+    enum { N_FIELDS = 11 };
+    PyObject *v[N_FIELDS];
+    if (args != NULL && PyTuple_GET_SIZE(args) != 0) {
+        PyErr_SetString(PyExc_TypeError, "configure takes keyword arguments only");
         return NULL;
+    }
+    for (int i = 0; i < N_FIELDS; i++) {
+        v[i] = kwargs == NULL ? NULL : PyDict_GetItemString(kwargs, fields[i]);
+        if (v[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "configure: missing field '%s'", fields[i]);
+            return NULL;
+        }
+    }
+    if (PyDict_GET_SIZE(kwargs) != N_FIELDS) {
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(kwargs, &pos, &key, &value)) {
+            const char *text = PyUnicode_AsUTF8(key);
+            if (text == NULL) return NULL;
+            int i = 0;
+            while (i < N_FIELDS && strcmp(fields[i], text) != 0) i++;
+            if (i == N_FIELDS) {
+                PyErr_Format(PyExc_TypeError, "configure: unknown field '%s'", text);
+                return NULL;
+            }
+        }
     }
     Py_ssize_t numbers[6];
     for (int i = 0; i < 6; i++) {
-        numbers[i] = PyLong_AsSsize_t(args[i + 1]);
+        numbers[i] = PyLong_AsSsize_t(v[i + 1]);
         if (numbers[i] == -1 && PyErr_Occurred()) return NULL;
         if (numbers[i] < 0) {
-            PyErr_SetString(PyExc_ValueError, "configure: negative number");
+            PyErr_Format(PyExc_ValueError, "configure: %s is negative", fields[i + 1]);
             return NULL;
         }
     }
-    if (!PyCallable_Check(args[0])) {
+    if (!PyCallable_Check(v[0])) {
         PyErr_SetString(PyExc_TypeError, "configure: resource must be callable");
         return NULL;
     }
-    for (int i = 7; i < 11; i++) {
-        if (!PyUnicode_Check(args[i])) {
-            PyErr_SetString(PyExc_TypeError, "configure: names must be str");
+    for (int i = 7; i < N_FIELDS; i++) {
+        if (!PyUnicode_Check(v[i])) {
+            PyErr_Format(PyExc_TypeError, "configure: %s must be a str", fields[i]);
             return NULL;
         }
     }
-    Py_XSETREF(cfg.resource, Py_NewRef(args[0]));
+    Py_XSETREF(cfg.resource, Py_NewRef(v[0]));
     cfg.hold = numbers[0];
     cfg.max_waiting = numbers[1];
     cfg.max_packet = (unsigned long long)numbers[2];
     cfg.cache_limit = numbers[3];
     cfg.cleared_flag = (unsigned long long)numbers[4];
     cfg.clock_realtime = (unsigned long long)numbers[5];
-    Py_XSETREF(cfg.meta_name, Py_NewRef(args[7]));
-    Py_XSETREF(cfg.host_start, Py_NewRef(args[8]));
-    Py_XSETREF(cfg.host_duration, Py_NewRef(args[9]));
-    Py_XSETREF(cfg.gpu_duration, Py_NewRef(args[10]));
+    Py_XSETREF(cfg.meta_name, Py_NewRef(v[7]));
+    Py_XSETREF(cfg.host_start, Py_NewRef(v[8]));
+    Py_XSETREF(cfg.host_duration, Py_NewRef(v[9]));
+    Py_XSETREF(cfg.gpu_duration, Py_NewRef(v[10]));
     cfg.ready = 1;
     Py_RETURN_NONE;
 }
@@ -1358,9 +1388,10 @@ static PyMethodDef methods[] = {
      "annotations(packet, names, values, lookup, cache, cache_limit, meta_name) -> (attributes, meta) or None:\n"
      "the track event's debug annotations decoded as _annotations._decode_serialized decodes them;\n"
      "None where the Python reader would take its general message walk."},
-    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
-     "configure(resource, hold, max_waiting, max_packet, cache_limit, cleared_flag, clock_realtime, meta_name,\n"
-     "host_start_key, host_duration_key, gpu_duration_key): the reader's constants, once."},
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
+     "configure(*, resource, hold, max_waiting, max_packet, cache_limit, cleared_flag, clock_realtime,\n"
+     "meta_name, host_start_key, host_duration_key, gpu_duration_key): the reader's constants, once, by\n"
+     "keyword fields only (a positional argument, a missing or an unknown field is a TypeError naming it)."},
     {"feed", (PyCFunction)(void (*)(void))feed, METH_FASTCALL,
      "feed(decoder, buffer, offset, out, records) -> offset: decode the plain packets of buffer from offset\n"
      "with the _Decoder's state, appending the spans ready() gives to out; stops at the first packet the\n"
@@ -1396,11 +1427,11 @@ PyMODINIT_FUNC PyInit__fastread(void) {
     if (s_zero == NULL || s_empty_tuple == NULL || PyType_Ready(&OpenSliceType) < 0) return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL) return NULL;
-    /* The version of what this module expects from the reader's Python (configure's arguments,
+    /* The version of what this module expects from the reader's Python (configure's fields,
      * the decoder state it shares): _annotations.py states the one it was written for, and
      * brickscope.native.load refuses another. Raise it with any such change. */
     if (PyModule_AddObjectRef(module, "OpenSlice", (PyObject *)&OpenSliceType) < 0 ||
-        PyModule_AddIntConstant(module, "ABI_VERSION", 1) < 0) {
+        PyModule_AddIntConstant(module, "ABI_VERSION", 2) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -628,9 +628,18 @@ def configure_accelerator(fast: Any) -> None:
     """Give the C decoder loop (``_fastread.feed``) the reader's constants and resource maker
     (at import; tests that import the C module directly call it too)."""
     fast.configure(
-        _resource, _HOLD_SPANS, _MAX_WAITING, MAX_PACKET_BYTES, _CACHE_ENTRIES, SEQ_INCREMENTAL_STATE_CLEARED,
-        CLOCK_REALTIME, META, HOST_START_NS, HOST_DURATION_NS, GPU_DURATION_NS,
-    )  # fmt: skip
+        resource=_resource,
+        hold=_HOLD_SPANS,
+        max_waiting=_MAX_WAITING,
+        max_packet=MAX_PACKET_BYTES,
+        cache_limit=_CACHE_ENTRIES,
+        cleared_flag=SEQ_INCREMENTAL_STATE_CLEARED,
+        clock_realtime=CLOCK_REALTIME,
+        meta_name=META,
+        host_start_key=HOST_START_NS,
+        host_duration_key=HOST_DURATION_NS,
+        gpu_duration_key=GPU_DURATION_NS,
+    )
 
 
 if _fast is not None:
