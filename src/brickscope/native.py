@@ -75,7 +75,8 @@ def load(name: str, abi: int | None = None) -> ModuleType | None:
         name: the accelerator's module name.
         abi: the ``ABI_VERSION`` the calling Python code was written for.
 
-    .. versionchanged:: the ``abi`` argument.
+    .. versionchanged:: 0.2.0
+       The ``abi`` argument.
     """
     if PURE_PYTHON:
         note(name, "python", "BRICKSCOPE_PURE_PYTHON is set")
