@@ -16,7 +16,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # setup.py and the C sources too: a changed accelerator is rebuilt by the editable install.
-$(VENV)/.demo: $(BIN)/python pyproject.toml setup.py $(wildcard src/brickscope/*.c src/brickscope/*/*.c src/brickscope/*/*.h) $(wildcard exporters/*/pyproject.toml) $(wildcard exporters/*/setup.py) $(wildcard exporters/*/src/brickscope/*/*/*.c)
+$(VENV)/.demo: $(BIN)/python pyproject.toml setup.py $(wildcard src/brickscope/*.c src/brickscope/*.h src/brickscope/*/*.c src/brickscope/*/*.h) $(wildcard exporters/*/pyproject.toml) $(wildcard exporters/*/setup.py) $(wildcard exporters/*/src/brickscope/*/*/*.c)
 	$(PIP) -e '.[cuda,demo]' $(EDITABLE)
 	touch $@
 

@@ -29,6 +29,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "_fields.h"
+
 /* The version of what this module expects from analysis/_table.py (setup's fields, the key
  * and column tables): _table.py states the one it was written for, and brickscope.native.load
  * refuses another. Raise it with any such change. */
@@ -591,33 +593,8 @@ static int tile_column_ok(Py_ssize_t i, const char *name) {
 static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwargs) {
     static const char *const fields[] = {"key_names", "keys", "columns", "typecodes", "kind_codes",
                                          "clock_cuda", "clock_gpu", "hash", "clean"};
-    enum { N_FIELDS = 9 };
-    PyObject *v[N_FIELDS];
-    if (PyTuple_GET_SIZE(args) != 0) {
-        PyErr_SetString(PyExc_TypeError, "setup takes keyword arguments only");
-        return NULL;
-    }
-    for (int i = 0; i < N_FIELDS; i++) {
-        v[i] = kwargs == NULL ? NULL : PyDict_GetItemString(kwargs, fields[i]);
-        if (v[i] == NULL) {
-            PyErr_Format(PyExc_TypeError, "setup: missing field '%s'", fields[i]);
-            return NULL;
-        }
-    }
-    if (PyDict_GET_SIZE(kwargs) != N_FIELDS) {
-        PyObject *key, *value;
-        Py_ssize_t pos = 0;
-        while (PyDict_Next(kwargs, &pos, &key, &value)) {
-            const char *text = PyUnicode_AsUTF8(key);
-            if (text == NULL) return NULL;
-            int i = 0;
-            while (i < N_FIELDS && strcmp(fields[i], text) != 0) i++;
-            if (i == N_FIELDS) {
-                PyErr_Format(PyExc_TypeError, "setup: unknown field '%s'", text);
-                return NULL;
-            }
-        }
-    }
+    PyObject *v[9];
+    if (take_fields("setup", args, kwargs, fields, 9, v) < 0) return NULL;
     if (check_table("key_names", v[0], key_names, K_TILES, N_KEYS, tile_key_ok) < 0 ||
         check_table("columns", v[2], column_names, C_TILES, N_COLUMNS, tile_column_ok) < 0)
         return NULL;

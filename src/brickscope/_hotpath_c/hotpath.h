@@ -39,6 +39,7 @@
 #endif
 
 #include "compat.h"
+#include "../_fields.h"
 
 /* ---- what the Python side registers (init_stack / init_recorder / init_scopes) ---- */
 
@@ -200,9 +201,7 @@ typedef struct {
 
 /* ---- defined in one file, called from another ---- */
 
-/* module.c: the registration's checks */
-int take_fields(const char *call, PyObject *args, PyObject *kwargs, const char *const *names, Py_ssize_t n,
-                PyObject **out);
+/* module.c: the registration's name check (take_fields: ../_fields.h) */
 int check_names(const char *call, const char *what, PyObject *given, const char *const *names, Py_ssize_t n);
 /* spans.c */
 PyObject *span_keys_tuple(void);

@@ -51,39 +51,6 @@ static void set_global(PyObject **slot, PyObject *value) {
     Py_XSETREF(*slot, value);
 }
 
-/* kwargs holds exactly the fields named in names (n of them), and args nothing: out[i] the
- * value of names[i] (borrowed). A positional argument, a missing field or an unknown one is a
- * TypeError naming it: the Python side and this build disagree on the registration. */
-int take_fields(const char *call, PyObject *args, PyObject *kwargs, const char *const *names, Py_ssize_t n,
-                PyObject **out) {
-    if (args != NULL && PyTuple_GET_SIZE(args) != 0) {
-        PyErr_Format(PyExc_TypeError, "%s takes keyword arguments only", call);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        out[i] = kwargs == NULL ? NULL : PyDict_GetItemString(kwargs, names[i]);
-        if (out[i] == NULL) {
-            PyErr_Format(PyExc_TypeError, "%s: missing field '%s'", call, names[i]);
-            return -1;
-        }
-    }
-    if (PyDict_GET_SIZE(kwargs) != n) {
-        PyObject *key, *value;
-        Py_ssize_t pos = 0;
-        while (PyDict_Next(kwargs, &pos, &key, &value)) {
-            const char *text = PyUnicode_AsUTF8(key);
-            if (text == NULL) return -1;
-            Py_ssize_t i = 0;
-            while (i < n && strcmp(names[i], text) != 0) i++;
-            if (i == n) {
-                PyErr_Format(PyExc_TypeError, "%s: unknown field '%s'", call, text);
-                return -1;
-            }
-        }
-    }
-    return 0;
-}
-
 /* given is a tuple of the n names in names, in that order (a key table checked by name): 0.
  * -1 with a ValueError naming the first difference. */
 int check_names(const char *call, const char *what, PyObject *given, const char *const *names, Py_ssize_t n) {
