@@ -62,11 +62,14 @@ def off_lines(caplog, name: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == LOGGER and f"fast path {name} off" in r.getMessage()]
 
 
-def run_session(processor_factory=None, sampler=None) -> tuple[list, dict, TracerProvider]:
-    """Five bricks through a configured provider; (exported spans, session stats, provider)."""
+def run_session(processor_factory=None, sampler=None, prepare=None) -> tuple[list, dict, TracerProvider]:
+    """Five bricks through a configured provider (``prepare(provider)`` first, when given);
+    (exported spans, session stats, provider)."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider(id_generator=SequentialIdGenerator(), shutdown_on_exit=False, **({"sampler": sampler} if sampler else {}))
     provider.add_span_processor((processor_factory or SimpleSpanProcessor)(exporter))
+    if prepare is not None:
+        prepare(provider)
     session = bs.configure(provider, clock="host")
     with bs.step(0):
         for index in range(5):
@@ -209,20 +212,12 @@ class TestAFailedProbe:
         expected = run_session()
         reset_globals()
         oi.FAST_PATHS["sdk.processor_order"].on = None  # (the fixture puts it back)
-        provider = TracerProvider(id_generator=SequentialIdGenerator(), shutdown_on_exit=False)
-        exporter = InMemorySpanExporter()
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        provider._active_span_processor._lock = contextlib.nullcontext()  # noqa: SLF001 - the SDK's own use still works
-        session = bs.configure(provider, clock="host")
-        with bs.step(0):
-            for index in range(5):
-                with bs.brick("rms_norm", elements=index):
-                    pass
-        bs.sync()
-        stats = session.stats()
-        session.shutdown()
-        assert sorted(s.name for s in exporter.get_finished_spans()) == expected[0]
-        assert delivery(stats) == delivery(expected[1])
+
+        def without_lock(provider):
+            provider._active_span_processor._lock = contextlib.nullcontext()  # noqa: SLF001 - the SDK's own use still works
+
+        names, stats, _ = run_session(prepare=without_lock)
+        assert (names, delivery(stats)) == (expected[0], delivery(expected[1]))
         assert state("sdk.processor_order").reason.endswith("_lock is not a lock")
         assert len(off_lines(caplog, "sdk.processor_order")) == 1
 
