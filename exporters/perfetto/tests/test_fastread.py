@@ -83,16 +83,8 @@ def test_a_refused_configure_changes_nothing(fast, tmp_path, monkeypatch):
     with PerfettoSpanExporter(path) as exporter:
         exporter.export([make_span(100 + i, f"op{i}", T0 + i, T0 + i + 5, None, attributes=THREAD) for i in range(8)])
 
-    def records():
-        with open_records(path) as stream:
-            return [(*r[:5], r[5].attributes) for r in stream]
-
-    for module in (_annotations, _reader):
-        monkeypatch.setattr(module, "_fast", fast)
-    accelerated = records()
-    for module in (_annotations, _reader):
-        monkeypatch.setattr(module, "_fast", None)
-    assert records() == accelerated
+    accelerated, python = _read_both(monkeypatch, fast, path, lambda r: (*r[:5], r[5].attributes))
+    assert python == accelerated
     assert len(accelerated) == 8
 
 
@@ -320,16 +312,8 @@ def test_records_equal_with_and_without_the_accelerator(fast, tmp_path, monkeypa
         exporter.export(spans[:30])
         exporter.export(spans[30:])
 
-    def records():
-        with open_records(path) as stream:
-            return [(*r[:5], r[5].attributes, _typed((r[6], {}))) for r in stream]
-
-    for module in (_annotations, _reader):
-        monkeypatch.setattr(module, "_fast", fast)
-    accelerated = records()
-    for module in (_annotations, _reader):
-        monkeypatch.setattr(module, "_fast", None)
-    assert records() == accelerated
+    accelerated, python = _read_both(monkeypatch, fast, path, lambda r: (*r[:5], r[5].attributes, _typed((r[6], {}))))
+    assert python == accelerated
     assert len(accelerated) == 64
 
 
@@ -373,3 +357,18 @@ def test_scan_reads_oneofs_and_repeated_fields_as_protobuf_does(fast):
     raw = b"\x5a" + bytes([len(later_iid)]) + later_iid
     assert fast.scan(raw) == _fields(pb.TracePacket.FromString(raw))
     assert fast.scan(raw)[6:8] == (5, None)
+
+
+def _read_both(monkeypatch, fast, path, project):
+    """``path``'s records (each through ``project``) read with the accelerator, then without."""
+
+    def records():
+        with open_records(path) as stream:
+            return [project(r) for r in stream]
+
+    for module in (_annotations, _reader):
+        monkeypatch.setattr(module, "_fast", fast)
+    accelerated = records()
+    for module in (_annotations, _reader):
+        monkeypatch.setattr(module, "_fast", None)
+    return accelerated, records()
