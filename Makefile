@@ -28,7 +28,7 @@ $(VENV)/.test: $(VENV)/.demo
 	touch $@
 
 demo: $(VENV)/.demo
-	$(BIN)/python examples/quickstart.py --out out
+	$(BIN)/python examples/quickstart.py --out out --no-report
 	@echo; echo '$$ brickscope report out/trace.pftrace --top 5 --step 2:   # warm-up steps 0-1 left out'
 	$(BIN)/brickscope report out/trace.pftrace --top 5 --step 2:
 

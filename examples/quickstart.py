@@ -12,7 +12,8 @@ Run it with ``make demo`` or::
     python examples/quickstart.py --out out --steps 8
 
 It prints the category report of the steps after warm-up (``--warmup``, 2 by
-default: the first steps pay one-off costs) and writes, when the exporters are installed,
+default: the first steps pay one-off costs; ``--no-report`` leaves it to
+``brickscope report``, as ``make demo`` does) and writes, when the exporters are installed,
 ``out/trace.pftrace`` (open in https://ui.perfetto.dev), ``out/profile.folded``
 (flamegraph.pl, inferno) and ``out/profile.speedscope.json`` (https://speedscope.app).
 """
@@ -191,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warmup", type=int, default=2, help="first steps left out of the report (caches, allocations, JIT)"
     )
+    parser.add_argument(
+        "--no-report", action="store_true",
+        help="do not print the report (make demo prints it once, from the trace file, with brickscope report)",
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -213,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"generated tokens: {tokens}")
     print(f"clock: {session.clock}" + (f" ({session.clock_fallback_reason})" if session.clock_fallback_reason else ""))
-    print()
-    print(warm_report(session, args.warmup, args.steps))
+    if not args.no_report:
+        print()
+        print(warm_report(session, args.warmup, args.steps))
     stats = session.stats()
     session.shutdown()
     provider.shutdown()

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from opentelemetry.sdk.resources import Resource
 
-from brickscope.analysis import get_backend
-from brickscope.analysis._table import TableBuilder
+from brickscope.analysis import load_spans
 from brickscope.testing import MAIN_THREAD, make_span
 from brickscope.trace import attributes as A
 
@@ -75,6 +74,4 @@ def two_streams(step: int, base: int = 0, stretch: int = 0) -> list:
 
 
 def table_of(spans: list, backend: str = "python"):
-    builder = TableBuilder(get_backend(backend))
-    builder.add_all(spans)
-    return builder.build()
+    return load_spans(spans, backend=backend)

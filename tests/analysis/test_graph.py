@@ -14,7 +14,8 @@ import pytest
 from analysis_synthetic import write_otlp_json, write_pftrace
 from analysis_graph_cases import RESOURCE, SOURCE_HASH, T0, US, gpu, table_of, two_streams
 
-from brickscope.analysis._graph import median_graph, step_graphs
+from brickscope import analysis
+from brickscope.analysis import median_graph, step_graphs
 from brickscope.cli import main
 from brickscope.testing import MAIN_THREAD, make_span
 from brickscope.trace import attributes as A
@@ -152,18 +153,32 @@ def _fixed_trace(tmp_path):
     return write_pftrace(tmp_path / "fixed.pftrace", spans), spans
 
 
-class TestTreeCommand:
-    @pytest.mark.parametrize("args, snapshot", [
-        (("--step", "0"), "tree-step0.txt"),
-        ((), "tree-median.txt"),
-        (("--step", "1", "--sources"), "tree-step1-sources.txt"),
-        (("--step", "0", "--format", "dot"), "tree-step0.dot"),
-    ])  # fmt: skip
-    def test_snapshot(self, capsys, fixed_trace, args, snapshot):
+#: (steps, format, show_sources) -> snapshot; the CLI arguments that print the same bytes.
+SNAPSHOT_CASES = [
+    ((0, 1), "text", False, "tree-step0.txt", ("--step", "0")),
+    (None, "text", False, "tree-median.txt", ()),
+    ((1, 2), "text", True, "tree-step1-sources.txt", ("--step", "1", "--sources")),
+    ((0, 1), "dot", False, "tree-step0.dot", ("--step", "0", "--format", "dot")),
+]
+
+
+class TestTreeSnapshots:
+    @pytest.mark.parametrize("steps, fmt, show_sources, snapshot, _", SNAPSHOT_CASES)
+    def test_public_api_snapshot(self, fixed_trace, steps, fmt, show_sources, snapshot, _):
+        """load, tree_graphs and render_tree (brickscope.analysis's public names) give the snapshot."""
+        table = analysis.load(fixed_trace[0])
+        graphs = analysis.tree_graphs(table, steps)
+        out = analysis.render_tree(graphs, fmt, sources=table.kernel_sources, show_sources=show_sources)
+        assert out == (SNAPSHOTS / snapshot).read_text()
+
+    @pytest.mark.parametrize("_, __, ___, snapshot, args", SNAPSHOT_CASES)
+    def test_the_command_prints_the_same(self, capsys, fixed_trace, _, __, ___, snapshot, args):
         status, out, err = _tree(capsys, fixed_trace[0], *args)
         assert (status, err) == (0, "")
         assert out == (SNAPSHOTS / snapshot).read_text()
 
+
+class TestTreeCommand:
     def test_same_trace_same_bytes_whatever_the_file(self, capsys, tmp_path, fixed_trace):
         """Two .pftrace writes (random track uuids) and OTLP JSON of the same spans: identical output."""
         path, spans = fixed_trace

@@ -10,11 +10,15 @@ Example::
     print(report.load_balance["devices"].imbalance_ratio)
     print(analysis.render(report, "markdown"))
 
+    graphs = analysis.tree_graphs(table, steps=(2, None))   # brickscope tree
+    print(analysis.render_tree(graphs, "dot"))
+
 Every input becomes one columnar :class:`Table` (one row per span; parents as row
 indices), and every figure is computed from it by one engine with two backends:
 numpy (``pip install 'brickscope[analysis]'``) and pure Python (always there, so a
-live ``session.report()`` works on a core install). ``docs/analysis.md`` defines
-each figure.
+live ``session.report()`` works on a core install). What each ``brickscope`` command
+prints is one call here (``docs/api.md``, "Analysis in-process"); ``docs/analysis.md``
+defines each figure.
 
 .. versionadded:: 0.2.0
 """
@@ -22,25 +26,47 @@ each figure.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see of the names loaded lazily below
+    from brickscope.analysis._backend import get_backend
+    from brickscope.analysis._diff import Comparison, OperationChange, compare
+    from brickscope.analysis._engine import analyse, select
+    from brickscope.analysis._graph import SLACK_FRACTION, Node, StepGraph, median_graph, step_graphs, tree_graphs
+    from brickscope.analysis._load import AnalysisError, load, load_spans
+    from brickscope.analysis._model import Report
+    from brickscope.analysis._peaks import Peak
+    from brickscope.analysis._render import FORMATS, render, render_comparison, to_json
+    from brickscope.analysis._table import Table
+    from brickscope.analysis._tree import TREE_FORMATS, render_tree
 
 # name -> module. Imported on first use (PEP 562): the core imports this package for
 # the live session's table at ``import brickscope``, which must stay cheap.
 _EXPORTS = {
     "FORMATS": "_render",
+    "SLACK_FRACTION": "_graph",
+    "TREE_FORMATS": "_tree",
     "AnalysisError": "_load",
     "Comparison": "_diff",
+    "Node": "_graph",
     "OperationChange": "_diff",
     "Peak": "_peaks",
     "Report": "_model",
+    "StepGraph": "_graph",
     "Table": "_table",
     "analyse": "_engine",
     "compare": "_diff",
     "get_backend": "_backend",
     "load": "_load",
+    "load_spans": "_load",
+    "median_graph": "_graph",
     "render": "_render",
     "render_comparison": "_render",
+    "render_tree": "_tree",
+    "select": "_engine",
+    "step_graphs": "_graph",
     "to_json": "_render",
+    "tree_graphs": "_graph",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -8,6 +8,7 @@ from brickscope.analysis._load import AnalysisError
 from brickscope.analysis._model import Report
 from brickscope.analysis._peaks import Peak
 from brickscope.analysis._table import CLOCKS, KIND_BRICK, KIND_KERNEL, Table
+from brickscope.offline import describe_steps
 
 
 def analyse(
@@ -82,7 +83,7 @@ def select(
     if steps is not None:
         low, high = steps
         mask = _and(be, mask, be.mask_range(table["step"], max(low or 0, 0), high))
-        filters["step"] = f"{'' if low is None else low}:{'' if high is None else high}"
+        filters["step"] = describe_steps(steps)
     if ranks:
         unknown = [r for r in ranks if r not in table.ranks]
         if unknown:

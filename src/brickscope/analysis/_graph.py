@@ -22,9 +22,12 @@ on the path.
 
 Example::
 
-    graphs = step_graphs(table)
-    for graph in graphs:
+    from brickscope import analysis
+
+    table = analysis.load("trace.pftrace")
+    for graph in analysis.step_graphs(table):
         print(graph.step, graph.path_ns, graph.duration_ns, [n.name for n in graph.path])
+    print(analysis.render_tree(analysis.tree_graphs(table, steps=(2, None)), "dot"))
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from brickscope.analysis._load import AnalysisError
 from brickscope.analysis._model import SlackEntry, StepCriticalPath
 from brickscope.analysis._table import CLOCKS, KIND_STEP, KINDS, Launch, Table
+from brickscope.offline import StepRange, describe_steps
 
 #: ``report`` lists spans whose slack is at least this share of their step.
 SLACK_FRACTION = 0.1
@@ -78,22 +83,33 @@ class Node:
 
 @dataclass
 class StepGraph:
-    """One step of one rank: its tree, critical path and slack."""
+    """One step of one rank: its tree, critical path and slack; or a median over steps.
+
+    ``path_ns`` and ``gaps_ns`` are computed per step, the same way in both cases: in one
+    step, the time the critical path's spans run and the rest of the step (the path
+    waiting: launch gaps, untraced host work); over steps, the median (nearest rank) of
+    each step's figure, so a stall that lands in a different span every step still
+    counts as path, not gap. Medians need not add up to the median step.
+    """
 
     step: int | None  # None: a trace without step scopes (the whole trace is one graph)
     rank: str
     root: Node
     path: list[Node]  # the critical path's spans (leaves, and bricks' own work), in time order
     steps: int = 1  # for a median over steps: how many
+    path_ns: int = 0
+    gaps_ns: int = 0
 
     @property
     def duration_ns(self) -> int:
         return self.root.duration_ns
 
     @property
-    def path_ns(self) -> int:
-        """Time the critical path's spans run: the step's length minus the gaps on the path."""
-        return sum(node.path_ns for node in self.path)
+    def parallel(self) -> bool:
+        """Whether work ran on more than one lane side by side somewhere in the step (some
+        node's children on its timeline are on two lanes or more). Without it the step is
+        one chain: every span is on the critical path and it says nothing more."""
+        return any(on_several_lanes(node) for node in self.nodes())
 
     def nodes(self) -> list[Node]:
         """Every node, depth first, children in order."""
@@ -243,7 +259,11 @@ def _finish(root: Node, step: int | None, rank: str) -> StepGraph:
     _assign_slack(root)
     path: list[Node] = []
     _mark_path(root, path)
-    return StepGraph(step if step is None or step >= 0 else None, rank, root, path)
+    path_ns = sum(node.path_ns for node in path)
+    return StepGraph(
+        step if step is None or step >= 0 else None, rank, root, path,
+        path_ns=path_ns, gaps_ns=max(root.duration_ns - path_ns, 0),
+    )
 
 
 def _timeline(clock: str) -> str:
@@ -255,6 +275,12 @@ def _timed_children(node: Node) -> list[Node]:
     """The children on the node's own timeline."""
     own = _timeline(node.clock)
     return [c for c in node.children if _timeline(c.clock) == own]
+
+
+def on_several_lanes(node: Node) -> bool:
+    """Whether the node's children on its timeline ran on more than one lane."""
+    kids = _timed_children(node)
+    return len(kids) > 1 and any(k.lane != kids[0].lane for k in kids)
 
 
 def _lanes(children: Sequence[Node]) -> dict[str, list[Node]]:
@@ -337,26 +363,56 @@ def critical_paths(
                 rank=graph.rank,
                 duration_ns=graph.duration_ns,
                 path_ns=graph.path_ns,
-                gaps_ns=max(graph.duration_ns - graph.path_ns, 0),
+                gaps_ns=graph.gaps_ns,
                 path=tuple(node.name for node in graph.path),
                 slack=tuple(
                     SlackEntry(n.name, n.kind, n.layer, n.slack_ns or 0) for n in graph.slack_above(slack_fraction)
                 ),
+                parallel=graph.parallel,
             )
         )
     return tuple(out)
+
+
+def tree_graphs(table: Table, steps: StepRange | None = None) -> list[StepGraph]:
+    """What ``brickscope tree`` draws: per rank, the median over its steps in ``steps``
+    (``low <= step < high``, an end None: open; None: every step); a range holding one
+    step gives that step's own graph. A trace without step scopes is one graph per rank.
+
+    Raises:
+        AnalysisError: ``steps`` holds no step of the trace.
+    """
+    graphs = step_graphs(table)
+    if steps is not None:
+        low, high = steps
+        chosen = [
+            g for g in graphs if g.step is not None and (low is None or g.step >= low) and (high is None or g.step < high)
+        ]
+        if not chosen:
+            numbers = sorted({g.step for g in graphs if g.step is not None})
+            known = f"steps {numbers[0]} to {numbers[-1]}" if numbers else "no step scopes"
+            raise AnalysisError(f"no step {describe_steps(steps)} in the trace ({known})")
+        graphs = chosen
+    by_rank: dict[str, list[StepGraph]] = {}
+    for graph in graphs:
+        by_rank.setdefault(graph.rank, []).append(graph)
+    return [median_graph(group) for group in by_rank.values()]
 
 
 def median_graph(graphs: Sequence[StepGraph]) -> StepGraph:
     """One graph standing for several steps of one rank: nodes aligned by their place in the
     tree (kind, name, and occurrence among same-named siblings), each figure the median
     (nearest rank, as the report's p50) over the steps the node appears in; a node is
-    critical when it was on the critical path in more than half of the steps."""
+    critical when it was on the critical path in more than half of the steps. The path's
+    length and the gaps are the medians of each step's (see :class:`StepGraph`)."""
     steps = len(graphs)
     root = _merge([g.root for g in graphs], steps)
     root.name = f"median of {steps} steps" if steps > 1 else graphs[0].root.name
     path = [n for n in _walk(root) if n.critical and (n.path_ns or not any(c.critical for c in n.children))]
-    return StepGraph(graphs[0].step if steps == 1 else None, graphs[0].rank, root, path, steps)
+    return StepGraph(
+        graphs[0].step if steps == 1 else None, graphs[0].rank, root, path, steps,
+        path_ns=_median([g.path_ns for g in graphs]), gaps_ns=_median([g.gaps_ns for g in graphs]),
+    )
 
 
 def _walk(root: Node) -> list[Node]:

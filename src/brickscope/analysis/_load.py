@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 from brickscope.analysis._backend import get_backend
@@ -85,6 +85,26 @@ def load(
         return table
     with _cyclic_gc_paused():
         return _load_files(files, engine, progress, allow_truncated, progress_for)
+
+
+def load_spans(spans: Iterable[Any], *, backend: str | None = None) -> Table:
+    """Spans already in memory as one table: OpenTelemetry ``ReadableSpan`` objects, such as
+    an ``InMemorySpanExporter``'s or ones a test builds (``brickscope.testing.make_span``).
+
+    Args:
+        spans: ended spans, in any order (parents are found by span id).
+        backend: ``"numpy"`` or ``"python"``; default numpy when installed.
+
+    Raises:
+        AnalysisError: no brick or kernel span among them.
+
+    .. versionadded:: 0.2.0
+    """
+    builder = TableBuilder(get_backend(backend))
+    builder.add_all(spans)
+    table = builder.build(release=True)
+    _require_work(table, "the spans given")
+    return table
 
 
 def _load_files(

@@ -208,6 +208,8 @@ class StepCriticalPath:
     gaps_ns: int  # duration - path: the path waiting (launch gaps, untraced host work)
     path: tuple[str, ...]  # the path's spans (leaves, and bricks with own work on it), in time order
     slack: tuple[SlackEntry, ...]  # spans with slack >= 10% of the step, most first
+    #: False: the step ran on one lane (one thread or stream): the path is the whole step.
+    parallel: bool
 
 
 @dataclass(frozen=True)

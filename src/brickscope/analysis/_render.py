@@ -50,7 +50,13 @@ def _us(ns: float) -> str:
 
 
 def _rate(value: float, unit: float = 1.0) -> str:
-    return f"{value / unit:.4g}" if value else "-"
+    """A rate in fixed point (GB/s, GFLOP/s): one format for a whole column."""
+    return f"{value / unit:.3f}" if value else "-"
+
+
+def _count_rate(value: float) -> str:
+    """A rate spanning many decades (elements/s): scientific, one format for a whole column."""
+    return f"{value:.3e}" if value else "-"
 
 
 def _share(value: float | None) -> str:
@@ -76,6 +82,10 @@ class _Writer:
 
     def note(self, text: str) -> list[str]:
         return [text, ""] if self.markdown else [f"  {text}"]
+
+    def omitted(self, title: str, why: str) -> list[str]:
+        """An empty section: left out, one line saying why (text and Markdown; JSON keeps it)."""
+        return ["", f"{title}: not shown, {why}"] + ([""] if self.markdown else [])
 
     def table(self, header: tuple[str, ...], rows: list[tuple[str, ...]], text_columns: int) -> list[str]:
         """Names (the first ``text_columns``) left-aligned, figures right-aligned."""
@@ -160,7 +170,7 @@ class _Writer:
             _us(s.p90_ns),
             _us(s.p99_ns),
             _us(s.max_ns),
-            _rate(s.elements_per_second),
+            _count_rate(s.elements_per_second),
             _rate(s.bytes_per_second, 1e9),
         )
 
@@ -175,15 +185,15 @@ class _Writer:
         )
 
     def instances(self, report: Report) -> list[str]:
-        lines = self.title(f"Slowest {len(report.slowest)} brick instances (self time)")
         if report.slowest:
+            lines = self.title(f"Slowest {len(report.slowest)} brick instances (self time)")
             lines += self.table(
                 ("brick", "self us", "step", "layer", "rank", "device", "stream", "span"),
                 [(self.name(i.name), _us(i.self_ns)) + self.where(i) for i in report.slowest],
                 1,
             )
         else:
-            lines += self.note("no brick spans")
+            lines = self.omitted("Slowest brick instances", "no brick spans")
         lines += self.title(f"Outliers (self time over {OUTLIER_FACTOR:g}x their operation's median)")
         if not report.outliers:
             return lines + self.note("none")
@@ -204,8 +214,8 @@ class _Writer:
         )
 
     def lanes(self, report: Report) -> list[str]:
-        lines = self.title("Devices (busy = union of GPU intervals)")
         if report.devices:
+            lines = self.title("Devices (busy = union of GPU intervals)")
             rows = []
             for device in report.devices:
                 rows.append(
@@ -223,16 +233,15 @@ class _Writer:
                 ]
             lines += self.table(("device / stream", "model", "count", "busy ms", "idle in steps ms"), rows, 2)
         else:
-            lines += self.note("no GPU-timed spans (timed on the host clock)")
-        lines += self.title("Ranks")
+            lines = self.omitted("Devices", "no GPU-timed spans (timed on the host clock)")
         if not report.ranks:
-            return lines + self.note("no brick or kernel spans")
+            return lines + self.omitted("Ranks", "no brick or kernel spans")
+        lines += self.title("Ranks")
         lines += self.table(
             ("rank", "count", "busy ms", "idle in steps ms"),
             [(self.name(r.name), str(r.count), _ms(r.busy_ns), _ms(r.idle_in_steps_ns)) for r in report.ranks],
             1,
         )
-        lines += self.title("Load balance: imbalance ratio = (max - mean) / mean of busy time")
         rows = [
             (
                 key, f"{balance.imbalance_ratio:.3f}", _ms(balance.mean_busy_ns), _ms(balance.max_busy_ns),
@@ -241,13 +250,15 @@ class _Writer:
             for key, balance in report.load_balance.items()
             if balance.busy_ns
         ]  # fmt: skip
-        return lines + self.table(("across", "imbalance", "mean busy ms", "max busy ms", "straggler"), rows, 1)
+        if not rows:
+            return lines + self.omitted("Load balance", "no busy time")
+        return lines + self.title("Load balance: imbalance ratio = (max - mean) / mean of busy time") + self.table(("across", "imbalance", "mean busy ms", "max busy ms", "straggler"), rows, 1)
 
     def communication(self, report: Report) -> list[str]:
         comm = report.communication
-        lines = self.title("Communication")
         if not comm.operations:
-            return lines + self.note("no communication bricks")
+            return self.omitted("Communication", "no communication bricks")
+        lines = self.title("Communication")
         lines += self.note(
             f"{comm.count} bricks, {_ms(comm.total_ns)} ms self time ({_share(comm.share)} of brick time);"
             f" on GPUs {_ms(comm.exposed_ns)} ms exposed, {_ms(comm.overlapped_ns)} ms overlapped by compute"
@@ -274,9 +285,9 @@ class _Writer:
 
     def memory(self, report: Report) -> list[str]:
         memory = report.memory
-        lines = self.title("Memory traffic (bytes attributes)")
         if not memory.operations:
-            return lines + self.note("no span carries bytes (or output_shape and dtype)")
+            return self.omitted("Memory traffic", "no span carries bytes (or output_shape and dtype)")
+        lines = self.title("Memory traffic (bytes attributes)")
         peak = memory.peak
         lines += self.note(
             f"total {memory.total_bytes / 1e6:.3f} MB; peak instance {self.name(peak.name) if peak else '-'}"
@@ -301,10 +312,9 @@ class _Writer:
         )
 
     def roofline(self, report: Report) -> list[str]:
-        lines = self.title("Roofline (flops and bytes attributes)")
         if not report.roofline:
-            return lines + self.note("no span carries flops or bytes")
-        return lines + self.table(
+            return self.omitted("Roofline", "no span carries flops or bytes")
+        return self.title("Roofline (flops and bytes attributes)") + self.table(
             ("operation", "kind", "device", "GFLOP/s", "GB/s", "FLOP/B", "bound", "of roof"),
             [
                 (
@@ -313,7 +323,7 @@ class _Writer:
                     self.name(f"{p.device} {p.model}".strip() if p.model != "host" else p.device),
                     _rate(p.flops_per_second, 1e9),
                     _rate(p.bytes_per_second, 1e9),
-                    "-" if p.arithmetic_intensity is None else f"{p.arithmetic_intensity:.3g}",
+                    "-" if p.arithmetic_intensity is None else f"{p.arithmetic_intensity:.3f}",
                     p.bound or ("-" if p.fraction_of_roof is None else ""),
                     _share(p.fraction_of_roof),
                 )
@@ -324,9 +334,9 @@ class _Writer:
 
     def throughput(self, report: Report) -> list[str]:
         throughput = report.throughput
-        lines = self.title("Steps")
         if not throughput.steps:
-            return lines + self.note("no step spans")
+            return self.omitted("Steps", "no step spans")
+        lines = self.title("Steps")
         text = f"{len(throughput.steps)} steps, mean {_ms(throughput.mean_step_ns)} ms"
         if throughput.tokens:
             text += f", {throughput.tokens} tokens, {throughput.tokens_per_second:.4g} tokens/s"
@@ -338,7 +348,7 @@ class _Writer:
         rows = [
             (
                 self.name(t.name) or "(all)", t.level, str(t.count), _ms(t.total_ns), _us(t.mean_ns),
-                str(t.elements), _rate(t.elements_per_second),
+                str(t.elements), _count_rate(t.elements_per_second),
             )
             for t in report.tiles
         ]  # fmt: skip
@@ -352,6 +362,8 @@ class _Writer:
         shares = sorted(p.path_ns / p.duration_ns for p in paths if p.duration_ns)
         median = shares[max((len(shares) + 1) // 2 - 1, 0)] if shares else None
         title = f"Critical path of the {len(paths)} longest steps (median path share {_share(median)}; most gaps first)"
+        if not any(p.parallel for p in paths):
+            title += "; one lane: the path is the whole step"
         header = ("rank", "step", "step ms", "path ms", "share", "gaps ms", "spans", "most slack")
         return self.title(title) + self.table(header, _critical_path_rows(self, report), 2)
 
@@ -370,7 +382,7 @@ def _critical_path_rows(writer: _Writer, report: Report) -> list[tuple[str, ...]
             _share(path.path_ns / path.duration_ns if path.duration_ns else None),
             _ms(path.gaps_ns),
             str(len(path.path)),
-            "-" if most is None else f"{writer.name(most.name)} {_ms(most.slack_ns)} ms",
+            "one lane" if not path.parallel else "-" if most is None else f"{writer.name(most.name)} {_ms(most.slack_ns)} ms",
         ))  # fmt: skip
     return rows
 

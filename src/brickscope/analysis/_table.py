@@ -159,10 +159,16 @@ class Launch:
     shared_mem_bytes: int | None
 
     def label(self) -> str:
-        """``<<<(4,1,1),(128,1,1)>>> smem=0``, with ``?`` for what is unknown."""
-        dims = ",".join("?" if d is None else "(" + ",".join(map(str, d)) + ")" for d in (self.grid, self.block))
-        smem = "?" if self.shared_mem_bytes is None else str(self.shared_mem_bytes)
-        return f"<<<{dims}>>> smem={smem}"
+        """``<<<(4,1,1),(128,1,1)>>> smem=0``; what the span did not say is left out
+        (``grid=(4,1,1)`` when the block is unknown, no ``smem=`` without its size)."""
+        grid, block = ("(" + ",".join(map(str, d)) + ")" if d is not None else "" for d in (self.grid, self.block))
+        if grid and block:
+            parts = [f"<<<{grid},{block}>>>"]
+        else:
+            parts = [f"{what}={dims}" for what, dims in (("grid", grid), ("block", block)) if dims]
+        if self.shared_mem_bytes is not None:
+            parts.append(f"smem={self.shared_mem_bytes}")
+        return " ".join(parts)
 
 
 @dataclass(frozen=True)

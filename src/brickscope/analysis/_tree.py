@@ -7,8 +7,8 @@ bytes and users can snapshot-test it.
 
 Example::
 
-    graphs = step_graphs(table)
-    print(render_tree([median_graph(graphs)], "text", sources=table.kernel_sources))
+    graphs = tree_graphs(table)             # per rank, the median over steps
+    print(render_tree(graphs, "text", sources=table.kernel_sources))
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from brickscope.analysis._graph import SLACK_FRACTION, Node, StepGraph
+from brickscope.analysis._graph import SLACK_FRACTION, Node, StepGraph, on_several_lanes
 
-FORMATS = ("text", "dot", "json")
+TREE_FORMATS = ("text", "dot", "json")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _RED = ', color="red", penwidth=2'
 
@@ -33,15 +33,16 @@ def render_tree(
     show_sources: bool = False,
     slack_fraction: float = SLACK_FRACTION,
 ) -> str:
-    """``graphs`` in one of :data:`FORMATS`.
+    """``graphs`` in one of :data:`TREE_FORMATS`: a deterministic text tree, Graphviz DOT,
+    or JSON (schema 1); the same graphs give the same bytes.
 
     Args:
         sources: kernel source hash -> :class:`~brickscope.analysis._table.KernelSource`.
         show_sources: say where each kernel came from (kind, name, path), and list the registry.
         slack_fraction: list nodes whose slack is at least this share of their step.
     """
-    if format not in FORMATS:
-        raise ValueError(f"brickscope: unknown tree format {format!r}; expected one of {FORMATS}")
+    if format not in TREE_FORMATS:
+        raise ValueError(f"brickscope: unknown tree format {format!r}; expected one of {TREE_FORMATS}")
     sources = sources or {}
     if format == "json":
         document = {"schema": 1, "trees": [_json_graph(g, sources, slack_fraction) for g in graphs]}
@@ -79,12 +80,18 @@ def _title(graph: StepGraph) -> str:
 
 
 def _summary(graph: StepGraph) -> str:
+    """The path against the step; on one lane there is no choice of path to show, only the gaps."""
     step, path = graph.duration_ns, graph.path_ns
+    if not graph.parallel:
+        return f"one lane: the path is the whole step; spans ran {_ms(path)} of {_ms(step)}, gaps {_ms(graph.gaps_ns)}"
     share = f"{100 * path / step:.1f}%" if step else "-"
-    return (
-        f"critical path {_ms(path)} of {_ms(step)} ({share}), gaps {_ms(max(step - path, 0))},"
-        f" {len(graph.path)} spans"
-    )
+    return f"critical path {_ms(path)} of {_ms(step)} ({share}), gaps {_ms(graph.gaps_ns)}, {len(graph.path)} spans"
+
+
+def _marked(node: Node, parent: Node | None) -> bool:
+    """Whether to mark a node critical: only where its parent's work ran on several lanes, the
+    one place where being on the path sets it apart from its siblings."""
+    return node.critical and parent is not None and on_several_lanes(parent)
 
 
 def _label(node: Node, sources: Mapping[int, Any]) -> str:
@@ -117,7 +124,7 @@ def _figures(node: Node, parent: Node | None, steps: int) -> str:
         parts.append(f"{node.clock} clock, off the timeline")
     elif node.slack_ns:
         parts.append(f"slack {_ms(node.slack_ns)}")
-    if node.critical:
+    if _marked(node, parent):
         parts.append("critical" if steps == 1 else f"critical {node.critical_in}/{steps}")
     if steps > 1 and node.seen != steps:
         parts.append(f"in {node.seen}/{steps} steps")
@@ -134,6 +141,8 @@ def _text_graph(graph: StepGraph, sources: Mapping[int, Any], slack_fraction: fl
         for i in range(len(kids) - 1, -1, -1):
             last = i == len(kids) - 1
             stack.append((kids[i], node, prefix + ("└─ " if last else "├─ "), prefix + ("   " if last else "│  ")))
+    if not graph.parallel:  # one chain: no span has slack
+        return lines
     slack = graph.slack_above(slack_fraction)
     lines.append(f"slack >= {100 * slack_fraction:g}% of the step:" + ("" if slack else " none"))
     for node in slack:
@@ -179,9 +188,10 @@ def _json_graph(graph: StepGraph, sources: Mapping[int, Any], slack_fraction: fl
         "rank": graph.rank,
         "steps": graph.steps,
         "duration_ns": graph.duration_ns,
+        "parallel": graph.parallel,
         "critical_path": {
             "length_ns": graph.path_ns,
-            "gaps_ns": max(graph.duration_ns - graph.path_ns, 0),
+            "gaps_ns": graph.gaps_ns,
             "spans": [n.name for n in graph.path],
         },
         "slack_fraction": slack_fraction,
@@ -196,7 +206,8 @@ def _dot_text(text: str) -> str:
 
 def _dot(graphs: Sequence[StepGraph], sources: Mapping[int, Any]) -> str:
     """One digraph; per graph a cluster, in it a cluster per layer; edges parent -> child;
-    the critical path's nodes and edges in red."""
+    the critical path's nodes and edges in red where work ran on several lanes (see
+    :func:`_marked`): a one-lane step has no red at all."""
     lines = [
         "digraph brickscope {",
         '  graph [rankdir=TB, fontname="monospace", fontsize=10];',
@@ -225,9 +236,10 @@ def _dot(graphs: Sequence[StepGraph], sources: Mapping[int, Any]) -> str:
             ident = ids[id(node)] = f"n{counter}"
             counter += 1
             label = _dot_text(_label(node, sources)) + "\\n" + _dot_text(_figures(node, parent, graph.steps))
-            lines.append(f'{pad}{ident} [label="{label}"{_RED if node.critical else ""}];')
+            marked = _marked(node, parent)
+            lines.append(f'{pad}{ident} [label="{label}"{_RED if marked else ""}];')
             if parent is not None:
-                style = f" [{_RED[2:]}]" if node.critical and parent.critical else ""
+                style = f" [{_RED[2:]}]" if marked else ""
                 edges.append(f"  {ids[id(parent)]} -> {ident}{style};")
             inner = indent + 1 if node.kind == "layer" else indent
             for child in reversed(node.children):

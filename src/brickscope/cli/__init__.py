@@ -24,7 +24,7 @@ import argparse
 import os
 import sys
 from importlib.metadata import entry_points
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from brickscope.offline._errors import UsageError
 from brickscope.version import __version__
@@ -42,9 +42,20 @@ _OPTIONAL = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad argument reported as every brickscope error is: one line
+    (``brickscope tree: argument --step: '2:1': expected ...``), status 2. Subcommands'
+    parsers are of the same class, so they answer the same way."""
+
+    def error(self, message: str) -> NoReturn:
+        from brickscope.offline import one_line
+
+        self.exit(EXIT_USAGE, one_line(f"{self.prog}: {message} (--help for usage)") + "\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser, with every installed subcommand registered."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="brickscope",
         description="Measured GPU time as OpenTelemetry spans: offline tools.",
         formatter_class=argparse.RawDescriptionHelpFormatter,

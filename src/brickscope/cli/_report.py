@@ -28,7 +28,7 @@ from brickscope.analysis._load import AnalysisError, load
 from brickscope.analysis._peaks import Peak
 from brickscope.analysis._render import FORMATS, render, render_comparison
 from brickscope.cli import EXIT_BAD_INPUT, EXIT_OK, UsageError
-from brickscope.offline import Progress, one_line
+from brickscope.offline import Progress, one_line, step_argument
 
 
 def register_report(subparsers: Any) -> None:
@@ -141,7 +141,7 @@ def _filtered(args: argparse.Namespace, inputs: list[str]) -> Any:
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=FORMATS, default="text", help="output format (text)")
     parser.add_argument(
-        "--step", type=_step_range, metavar="A:B", help="only steps A <= step < B (either end may be empty)"
+        "--step", type=step_argument, metavar="N|A:B", help="only step N, or steps A <= step < B (either end may be empty)"
     )
     parser.add_argument("--rank", action="append", metavar="RANK", help="only this rank (repeatable)")
     parser.add_argument("--device", action="append", type=int, metavar="N", help="only GPU device N (repeatable)")
@@ -188,17 +188,6 @@ def _load(args: argparse.Namespace, inputs: list[str]) -> Any:
     for note in table.notes:
         print(one_line(note), file=sys.stderr)
     return table
-
-
-def _step_range(text: str) -> tuple[int | None, int | None]:
-    low, sep, high = text.partition(":")
-    try:
-        bounds = (int(low) if low.strip() else None, int(high) if high.strip() else None)
-    except ValueError:
-        bounds = None
-    if not sep or bounds is None or (bounds[0] is not None and bounds[1] is not None and bounds[1] <= bounds[0]):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected A:B with integers A < B (either may be empty)")
-    return bounds
 
 
 def _positive(text: str) -> int:

@@ -4,6 +4,7 @@
 Example::
 
     $ brickscope tree trace.pftrace                 # the median over steps, per rank
+    $ brickscope tree trace.pftrace --step 2:       # the median over steps 2 and later
     $ brickscope tree trace.pftrace --step 3 --format dot | dot -Tsvg > step3.svg
     $ brickscope tree trace.pftrace --sources --format json
 
@@ -17,12 +18,11 @@ import argparse
 import sys
 from typing import Any
 
-from brickscope.analysis._engine import select
-from brickscope.analysis._graph import StepGraph, median_graph, step_graphs
-from brickscope.analysis._load import AnalysisError
-from brickscope.analysis._tree import FORMATS, SLACK_FRACTION, render_tree
+from brickscope.analysis import TREE_FORMATS, AnalysisError, render_tree, select, tree_graphs
+from brickscope.analysis._graph import SLACK_FRACTION
 from brickscope.cli import EXIT_OK
 from brickscope.cli._report import _fail, _load
+from brickscope.offline import step_argument
 
 
 def register_tree(subparsers: Any) -> None:
@@ -31,13 +31,16 @@ def register_tree(subparsers: Any) -> None:
         "tree",
         help="a step's execution graph: durations, launch configs, sources, critical path and slack",
         description=(
-            "Draw the graph of one step (--step N) or the median over steps, per rank, as a"
+            "Draw the graph of one step (--step N) or the median over steps (all, or --step A:B), per rank, as a"
             " deterministic text tree, Graphviz DOT or JSON, with the critical path and each node's slack."
         ),
     )
     parser.add_argument("inputs", nargs="+", metavar="FILE", help="trace files or directories")
-    parser.add_argument("--format", choices=FORMATS, default="text", help="output format (text)")
-    parser.add_argument("--step", type=_step_number, metavar="N", help="this step only (default: the median over steps)")
+    parser.add_argument("--format", choices=TREE_FORMATS, default="text", help="output format (text)")
+    parser.add_argument(
+        "--step", type=step_argument, metavar="N|A:B",
+        help="step N alone, or the median over steps A <= step < B (default: the median over every step)",
+    )
     parser.add_argument("--rank", action="append", metavar="RANK", help="only this rank (repeatable)")
     parser.add_argument("--sources", action="store_true", help="say where each kernel came from (the source registry)")
     parser.add_argument(
@@ -58,7 +61,7 @@ def run_tree(args: argparse.Namespace) -> int:
     try:
         table = _load(args, args.inputs)
         table = select(table, ranks=args.rank)[0]
-        graphs = chosen_graphs(step_graphs(table), args.step)
+        graphs = tree_graphs(table, args.step)
     except AnalysisError as exc:
         return _fail(args, exc)
     sys.stdout.write(
@@ -67,35 +70,6 @@ def run_tree(args: argparse.Namespace) -> int:
         )
     )
     return EXIT_OK
-
-
-def chosen_graphs(graphs: list[StepGraph], step: int | None) -> list[StepGraph]:
-    """Step ``step`` of each rank, or each rank's median over its steps.
-
-    Raises:
-        AnalysisError: no such step.
-    """
-    if step is not None:
-        chosen = [g for g in graphs if g.step == step]
-        if not chosen:
-            numbers = sorted({g.step for g in graphs if g.step is not None})
-            known = f"steps {numbers[0]} to {numbers[-1]}" if numbers else "no step scopes"
-            raise AnalysisError(f"no step {step} in the trace ({known})")
-        return chosen
-    by_rank: dict[str, list[StepGraph]] = {}
-    for graph in graphs:
-        by_rank.setdefault(graph.rank, []).append(graph)
-    return [median_graph(group) for group in by_rank.values()]
-
-
-def _step_number(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a step number (an integer >= 0)")
-    return value
 
 
 def _fraction(text: str) -> float:

@@ -16,7 +16,8 @@ Every offline tool (``brickscope convert``, ``flamegraph``, the analysis
 commands) reads through :func:`open_spans`, feeds exporters through
 :func:`replay`, and writes its outputs through :class:`AtomicOutput`; a format
 beyond OTLP JSON is added by registering a :class:`TraceFormat` under the
-``brickscope.readers`` entry-point group.
+``brickscope.readers`` entry-point group. Every command's ``--step`` is read by
+:func:`step_argument` (``N``, ``A:B``, ``A:``, ``:B``).
 """
 
 from brickscope.offline._errors import TraceFileError, UsageError, one_line
@@ -25,6 +26,7 @@ from brickscope.offline._open import SpanStream, open_records, open_spans
 from brickscope.offline._output import AtomicOutput, OutputError, check_output, write_atomically
 from brickscope.offline._replay import Progress, replay
 from brickscope.offline._source import ProgressCallback, TraceSource
+from brickscope.offline._steps import StepRange, describe_steps, parse_steps, step_argument
 
 __all__ = [
     "READERS_GROUP",
@@ -34,15 +36,19 @@ __all__ = [
     "ProgressCallback",
     "SpanRecord",
     "SpanStream",
+    "StepRange",
     "TraceFileError",
     "TraceFormat",
     "TraceSource",
     "UsageError",
     "check_output",
+    "describe_steps",
     "one_line",
     "open_records",
     "open_spans",
+    "parse_steps",
     "replay",
     "span_record",
+    "step_argument",
     "write_atomically",
 ]

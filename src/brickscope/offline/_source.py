@@ -81,13 +81,17 @@ class TraceSource:
         return TraceFileError(self.path, what, offset=offset, line=line)
 
     def truncated(self, error: TraceFileError) -> None:
-        """The file is cut short at ``error``: raises it unless truncated files are allowed.
+        """The file is cut short at ``error``: raises it, with a word on ``--allow-truncated``
+        (every command's option for ``allow_truncated``), unless truncated files are allowed.
 
         When they are, the first cut is kept in :attr:`truncation` and the reader
         is expected to stop after what it read before the cut.
         """
         if not self.allow_truncated:
-            raise error
+            raise TraceFileError(
+                error.path, f"{error.what} (--allow-truncated reads what was written before the cut)",
+                offset=error.offset, line=error.line,
+            )
         if self.truncation is None:
             self.truncation = error
 
