@@ -112,6 +112,19 @@ class TestCommandLine:
         text = capsys.readouterr().out
         assert "step 1:" in text.splitlines()[0] and "Outliers" in text
 
+    def test_step_n_is_that_step_alone(self, files, capsys):
+        """--step 1 keeps step 1 of both ranks (synthetic.two_rank_trace): gemm 100 + 100 us on
+        rank 0 and 100 us on rank 1, all_reduce 200 us, the kernel sgemm 90 us; --step 1:2 is the same."""
+        reports = []
+        for step in ("1", "1:2"):
+            assert main(["report", str(files / "json"), "--step", step, "--format", "json"]) == 0
+            reports.append(json.loads(capsys.readouterr().out))
+        assert [(o["name"], o["count"], o["self_ns"]) for o in reports[0]["operations"]] == [
+            ("gemm", 3, 300_000), ("all_reduce", 1, 200_000), ("sgemm", 1, 90_000)
+        ]
+        assert reports[0]["filters"] == {"step": "1"} and reports[1]["filters"] == {"step": "1"}
+        assert reports[0]["operations"] == reports[1]["operations"]
+
     def test_names_are_escaped(self, tmp_path, capsys):
         """A span name with a newline, an escape sequence and Markdown markup stays on its row."""
         from analysis_synthetic import _resource, span
@@ -174,17 +187,26 @@ class TestBadInput:
         assert main(["report", str(path)]) == 1
         captured = capsys.readouterr()
         assert captured.out == "" and str(path) in captured.err and "truncated" in captured.err
+        assert len(captured.err.splitlines()) == 1 and "(--allow-truncated reads what was written before the cut)" in captured.err
         assert main(["report", str(path), "--allow-truncated", "--format", "json"]) == 0
         captured = capsys.readouterr()
         data = json.loads(captured.out)
         assert data["spans"] > 0 and "truncated" in data["notes"][0]
         assert f"{path}: offset" in captured.err and "analysed the valid prefix" in captured.err
 
-    def test_bad_arguments_exit_2(self, files, capsys):
-        """A malformed --step is a usage error (argparse, rc 2)."""
+    @pytest.mark.parametrize("command", ["report", "diff"])
+    @pytest.mark.parametrize("step", ["2:1", "1:1", "-1", ":", "x", "1:y", ""])
+    def test_a_bad_step_is_one_line_and_status_2(self, files, capsys, command, step):
+        """A malformed --step is a usage error: one stderr line naming the value, status 2."""
+        inputs = [str(files / "json")] * (2 if command == "diff" else 1)
         with pytest.raises(SystemExit) as exit_info:
-            main(["report", str(files / "json"), "--step", "5"])
-        assert exit_info.value.code == 2
+            main([command, *inputs, "--step", step])
+        captured = capsys.readouterr()
+        assert exit_info.value.code == 2 and captured.out == ""
+        (line,) = captured.err.splitlines()
+        assert line.startswith(f"brickscope {command}: argument --step: {step!r}: expected a step N, or a range A:B")
+
+    def test_a_bad_peak_exits_2(self, files, capsys):
         assert main(["report", str(files / "json"), "--peak", "H100=fast"]) == 2
 
     def test_python_api_raises_analysis_error(self, tmp_path):

@@ -119,6 +119,80 @@ class TestCriticalPathAndSlack:
         assert [n.name for n in slowest.path] == [n.name for n in full[5].path] == ["A", "B", "D"]
 
 
+class TestWhatThePathSays:
+    def test_one_lane_says_so_and_marks_nothing(self, backend):
+        """_host_step runs on one thread: every span is on the path, so the tree says "one lane",
+        marks no span critical, lists no slack, and the DOT has no red. Spans ran rope's own
+        30 + k 10 + norm 15 = 55 us of 60; the 5 us between rope and norm is the gap."""
+        (graph,) = step_graphs(table_of(_host_step(0), backend))
+        assert not graph.parallel
+        text = analysis.render_tree([graph], "text")
+        assert text.splitlines()[0] == (
+            "step 0, rank 0: one lane: the path is the whole step; spans ran 0.055 ms of 0.060 ms, gaps 0.005 ms"
+        )
+        assert "critical" not in text and "slack" not in text
+        assert "red" not in analysis.render_tree([graph], "dot")
+        assert json.loads(analysis.render_tree([graph], "json"))["trees"][0]["parallel"] is False
+
+    def test_dot_is_red_only_where_work_ran_on_several_lanes(self, backend):
+        """two_streams: the layer's bricks ran on streams 1 and 2, so its path A, B, D is red;
+        the step and the layer (each alone under its parent) are on the path but not red."""
+        (graph,) = step_graphs(table_of(two_streams(0), backend))
+        assert graph.parallel
+        dot = analysis.render_tree([graph], "dot")
+        lines = [line.strip() for line in dot.splitlines()]
+        names = {line.split(" ")[0]: line.split('"')[1].split(" ")[0].split("\\n")[0] for line in lines if "label=" in line and line.startswith("n")}
+        red_nodes = [names[line.split(" ")[0]] for line in lines if "label=" in line and "red" in line]
+        red_edges = [names[line.split(" ")[2]] for line in lines if "->" in line and "red" in line]
+        assert red_nodes == red_edges == ["A", "B", "D"]
+
+    def test_gaps_are_computed_per_step_in_the_median_too(self, backend):
+        """Three one-thread steps: brick x then, 5 us later, brick y; x and y take 50 and 10, 10
+        and 50, 10 and 10 us (a stall in a different brick each time). Each step's gaps are 5 us;
+        durations 65, 65, 25 (median 65), paths 60, 60, 20 (median 60). The median view says
+        gaps 5 us, as every step does (a sum of per-span medians, 10 + 10, would leave 45)."""
+        spans = []
+        for step, (x, y) in enumerate(((50, 10), (10, 50), (10, 10))):
+            spans += _two_bricks(step, 1000 * step, x, y)
+        graphs = step_graphs(table_of(spans, backend))
+        assert [(g.duration_ns, g.path_ns, g.gaps_ns) for g in graphs] == [
+            (65 * US, 60 * US, 5 * US), (65 * US, 60 * US, 5 * US), (25 * US, 20 * US, 5 * US)
+        ]
+        median = median_graph(graphs)
+        assert (median.duration_ns, median.path_ns, median.gaps_ns) == (65 * US, 60 * US, 5 * US)
+        assert "spans ran 0.060 ms of 0.065 ms, gaps 0.005 ms" in analysis.render_tree([median], "text")
+        (report_path,) = analysis.analyse(table_of(spans, backend), top=1).critical_paths
+        assert (report_path.gaps_ns, report_path.parallel) == (5 * US, False)
+
+    def test_unknown_launch_fields_are_left_out(self, backend):
+        """A kernel that gave grid and block but no shared memory size shows no ``smem=``; one
+        that gave only its grid shows ``grid=``; nothing prints ``?``."""
+        spans = _host_step(0)
+        host = {A.SCOPE_KIND: "kernel", A.CLOCK: A.CLOCK_HOST, A.STEP_NUMBER: 0, A.LAYER_INDEX: 0, **MAIN_THREAD}
+        spans[3] = make_span(104, "k", T0 + 5 * US, T0 + 15 * US, 103, resource=RESOURCE,
+                             attributes={**host, A.KERNEL_GRID: (4, 1, 1), A.KERNEL_BLOCK: (128, 1, 1)})
+        spans.append(make_span(106, "k2", T0 + 46 * US, T0 + 50 * US, 105, resource=RESOURCE,
+                               attributes={**host, A.KERNEL_GRID: (2, 1, 1)}))  # fmt: skip
+        text = analysis.render_tree(step_graphs(table_of(spans, backend)), "text")
+        assert "k <<<(4,1,1),(128,1,1)>>>  0.010 ms" in text and "k2 grid=(2,1,1)  0.004 ms" in text
+        assert "?" not in text and "smem" not in text
+
+
+def _two_bricks(step: int, base: int, x: int, y: int) -> list:
+    """A one-thread step at T0 + base us: brick x [0, x], brick y [x + 5, x + 5 + y]."""
+    attributes = {A.CLOCK: A.CLOCK_HOST, A.STEP_NUMBER: step, **MAIN_THREAD}
+    ids, end = 10 * (step + 1), x + 5 + y
+
+    def us(a: int, b: int) -> tuple[int, int]:
+        return T0 + (base + a) * US, T0 + (base + b) * US
+
+    return [
+        make_span(ids, "step", *us(0, end), attributes={**attributes, A.SCOPE_KIND: "step"}, resource=RESOURCE),
+        make_span(ids + 1, "x", *us(0, x), ids, attributes={**attributes, A.SCOPE_KIND: "brick"}, resource=RESOURCE),
+        make_span(ids + 2, "y", *us(x + 5, end), ids, attributes={**attributes, A.SCOPE_KIND: "brick"}, resource=RESOURCE),
+    ]
+
+
 def _host_step(step: int, base: int = 0, longer: int = 0) -> list:
     """A host-timed step (see test_a_bricks_own_work_is_on_the_path) at T0 + base us, its
     rope brick ``longer`` us longer (and everything after it later)."""
@@ -217,11 +291,26 @@ class TestTreeCommand:
         assert (status, out) == (1, "")
         assert err.count("\n") == 1 and "no step 9 in the trace (steps 0 to 1)" in err
 
-    def test_bad_arguments_exit_2(self, capsys, fixed_trace):
-        for args in (("--step", "-1"), ("--slack-above", "2"), ("--format", "svg")):
-            with pytest.raises(SystemExit) as exc:
-                main(["tree", str(fixed_trace[0]), *args])
-            assert exc.value.code == 2
+    def test_a_step_range_is_the_median_over_it(self, capsys, fixed_trace):
+        """--step 0:1 is step 0's own graph (as --step 0); --step 1: and --step :2 cover steps
+        1 and 0-1 of the two: the former step 1 alone, the latter the median of both."""
+        assert _tree(capsys, fixed_trace[0], "--step", "0:1")[1] == (SNAPSHOTS / "tree-step0.txt").read_text()
+        assert _tree(capsys, fixed_trace[0], "--step", "1:")[1].startswith("step 1, rank 0: critical path 0.105 ms of 0.120 ms")
+        assert _tree(capsys, fixed_trace[0], "--step", ":2")[1] == (SNAPSHOTS / "tree-median.txt").read_text()
+
+    def test_a_range_without_steps_is_one_line_and_status_1(self, capsys, fixed_trace):
+        status, out, err = _tree(capsys, fixed_trace[0], "--step", "5:")
+        assert (status, out) == (1, "")
+        assert err == "brickscope tree: no step 5: in the trace (steps 0 to 1)\n"
+
+    @pytest.mark.parametrize("args", [("--step", "-1"), ("--step", "3:2"), ("--step", "a"), ("--slack-above", "2"), ("--format", "svg")])
+    def test_bad_arguments_are_one_line_and_status_2(self, capsys, fixed_trace, args):
+        with pytest.raises(SystemExit) as exc:
+            main(["tree", str(fixed_trace[0]), *args])
+        captured = capsys.readouterr()
+        assert exc.value.code == 2 and captured.out == ""
+        (line,) = captured.err.splitlines()
+        assert line.startswith(f"brickscope tree: argument {args[0]}: ") and line.endswith("(--help for usage)")
 
 
 class TestInTheReport:

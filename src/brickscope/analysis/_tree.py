@@ -98,7 +98,7 @@ def _label(node: Node, sources: Mapping[int, Any]) -> str:
     parts = [_clean(node.name)]
     if node.kind == "brick" and node.category:
         parts.append(f"[{_clean(node.category)}]")
-    if node.launch is not None:
+    if node.launch is not None and node.launch.label():
         parts.append(node.launch.label())
     if node.source:
         text = f"src={node.source:016x}"
