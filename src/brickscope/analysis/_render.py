@@ -50,8 +50,11 @@ def _us(ns: float) -> str:
 
 
 def _rate(value: float, unit: float = 1.0) -> str:
-    """A rate in fixed point (GB/s, GFLOP/s): one format for a whole column."""
-    return f"{value / unit:.3f}" if value else "-"
+    """A rate in fixed point (GB/s, GFLOP/s): one format for a whole column; a rate too small
+    for it is ``<0.001``, never a ``0.000`` that reads as none."""
+    if not value:
+        return "-"
+    return f"{value / unit:.3f}" if value / unit >= 0.0005 else "<0.001"
 
 
 def _count_rate(value: float) -> str:
