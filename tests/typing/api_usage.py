@@ -102,3 +102,28 @@ bs.shutdown(timeout_millis=1000)
 assert_type(bs.implementations(), dict[str, Implementation])
 assert_type(bs.__version__, str)
 unused: Any = bs.CATEGORIES
+
+# Offline analysis in-process: what each brickscope command prints is one call.
+from brickscope import analysis  # noqa: E402
+from brickscope.offline import StepRange, parse_steps  # noqa: E402
+
+steps: StepRange = parse_steps("2:")
+table = analysis.load("trace.pftrace", allow_truncated=True)
+assert_type(table, analysis.Table)
+assert_type(analysis.load_spans([], backend="python"), analysis.Table)
+assert_type(analysis.select(table, steps=steps, ranks=["0"])[0], analysis.Table)
+report = analysis.analyse(table, top=5, steps=steps)
+assert_type(report, analysis.Report)
+assert_type(analysis.render(report, "markdown"), str)
+assert_type(analysis.to_json(report), dict[str, Any])
+comparison = analysis.compare(table, analysis.load("new.pftrace"))
+assert_type(comparison, analysis.Comparison)
+assert_type(analysis.render_comparison(comparison, "json"), str)
+graphs = analysis.step_graphs(table)
+assert_type(graphs, list[analysis.StepGraph])
+assert_type(analysis.median_graph(graphs), analysis.StepGraph)
+trees = analysis.tree_graphs(table, steps)
+assert_type(trees[0].path, list[analysis.Node])
+assert_type(trees[0].parallel, bool)
+assert_type(trees[0].gaps_ns, int)
+assert_type(analysis.render_tree(trees, "dot", sources=table.kernel_sources, show_sources=True), str)

@@ -28,17 +28,51 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # what type checkers see of the names loaded lazily below
-    from brickscope.analysis._backend import get_backend
-    from brickscope.analysis._diff import Comparison, OperationChange, compare
-    from brickscope.analysis._engine import analyse, select
-    from brickscope.analysis._graph import SLACK_FRACTION, Node, StepGraph, median_graph, step_graphs, tree_graphs
-    from brickscope.analysis._load import AnalysisError, load, load_spans
-    from brickscope.analysis._model import Report
-    from brickscope.analysis._peaks import Peak
-    from brickscope.analysis._render import FORMATS, render, render_comparison, to_json
-    from brickscope.analysis._table import Table
-    from brickscope.analysis._tree import TREE_FORMATS, render_tree
+if TYPE_CHECKING:  # what type checkers see of the names loaded lazily below ("X as X": exported)
+    from brickscope.analysis._backend import (
+        get_backend as get_backend,
+    )
+    from brickscope.analysis._diff import (
+        Comparison as Comparison,
+        OperationChange as OperationChange,
+        compare as compare,
+    )
+    from brickscope.analysis._engine import (
+        analyse as analyse,
+        select as select,
+    )
+    from brickscope.analysis._graph import (
+        SLACK_FRACTION as SLACK_FRACTION,
+        Node as Node,
+        StepGraph as StepGraph,
+        median_graph as median_graph,
+        step_graphs as step_graphs,
+        tree_graphs as tree_graphs,
+    )
+    from brickscope.analysis._load import (
+        AnalysisError as AnalysisError,
+        load as load,
+        load_spans as load_spans,
+    )
+    from brickscope.analysis._model import (
+        Report as Report,
+    )
+    from brickscope.analysis._peaks import (
+        Peak as Peak,
+    )
+    from brickscope.analysis._render import (
+        FORMATS as FORMATS,
+        render as render,
+        render_comparison as render_comparison,
+        to_json as to_json,
+    )
+    from brickscope.analysis._table import (
+        Table as Table,
+    )
+    from brickscope.analysis._tree import (
+        TREE_FORMATS as TREE_FORMATS,
+        render_tree as render_tree,
+    )
 
 # name -> module. Imported on first use (PEP 562): the core imports this package for
 # the live session's table at ``import brickscope``, which must stay cheap.
