@@ -34,3 +34,17 @@ class TestQuickstart:
         brick_table = out.split("Self time by brick", 1)[1].split("\n\n", 1)[0]
         (row,) = [line.split() for line in brick_table.splitlines() if line.startswith("rms_norm ")]
         assert (row[1], row[2]) == ("norm", "9")
+
+    def test_no_report_leaves_the_report_to_the_command(self, tmp_path):
+        """make demo runs quickstart.py --no-report, then brickscope report on the trace: the
+        report is printed once, by the command."""
+        result = subprocess.run(
+            [sys.executable, str(EXAMPLES / "quickstart.py"), "--out", str(tmp_path), "--steps", "1", "--clock", "host",
+             "--no-report"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert "Self time by" not in result.stdout and "brickscope report" not in result.stdout
+        assert f"spans emitted: {SPANS_PER_STEP}," in result.stdout
