@@ -88,10 +88,14 @@ def _summary(graph: StepGraph) -> str:
     return f"critical path {_ms(path)} of {_ms(step)} ({share}), gaps {_ms(graph.gaps_ns)}, {len(graph.path)} spans"
 
 
-def _marked(node: Node, parent: Node | None) -> bool:
-    """Whether to mark a node critical: only where its parent's work ran on several lanes, the
-    one place where being on the path sets it apart from its siblings."""
-    return node.critical and parent is not None and on_several_lanes(parent)
+def _marked(graph: StepGraph) -> set[int]:
+    """The ids of the nodes to mark critical: only where their parent's work ran on several
+    lanes, the one place where being on the path sets a span apart from its siblings."""
+    marked: set[int] = set()
+    for node in graph.nodes():
+        if on_several_lanes(node):
+            marked.update(id(child) for child in node.children if child.critical)
+    return marked
 
 
 def _label(node: Node, sources: Mapping[int, Any]) -> str:
@@ -114,7 +118,7 @@ def _source_text(source: Any) -> str:
     return f"{_clean(source.kind)} {_clean(source.name)}" + (f" {_clean(source.path)}" if source.path else "")
 
 
-def _figures(node: Node, parent: Node | None, steps: int) -> str:
+def _figures(node: Node, parent: Node | None, steps: int, marked: bool) -> str:
     parts = [_ms(node.duration_ns)]
     if node.self_ns != node.duration_ns:
         parts.append(f"self {_ms(node.self_ns)}")
@@ -124,7 +128,7 @@ def _figures(node: Node, parent: Node | None, steps: int) -> str:
         parts.append(f"{node.clock} clock, off the timeline")
     elif node.slack_ns:
         parts.append(f"slack {_ms(node.slack_ns)}")
-    if _marked(node, parent):
+    if marked:
         parts.append("critical" if steps == 1 else f"critical {node.critical_in}/{steps}")
     if steps > 1 and node.seen != steps:
         parts.append(f"in {node.seen}/{steps} steps")
@@ -133,10 +137,12 @@ def _figures(node: Node, parent: Node | None, steps: int) -> str:
 
 def _text_graph(graph: StepGraph, sources: Mapping[int, Any], slack_fraction: float) -> list[str]:
     lines = [f"{_title(graph)}: {_summary(graph)}"]
+    marked = _marked(graph)
     stack: list[tuple[Node, Node | None, str, str]] = [(graph.root, None, "", "")]
     while stack:
         node, parent, lead, prefix = stack.pop()
-        lines.append(f"{lead}{_label(node, sources)}  {_figures(node, parent, graph.steps)}")
+        figures = _figures(node, parent, graph.steps, id(node) in marked)
+        lines.append(f"{lead}{_label(node, sources)}  {figures}")
         kids = node.children
         for i in range(len(kids) - 1, -1, -1):
             last = i == len(kids) - 1
@@ -220,6 +226,7 @@ def _dot(graphs: Sequence[StepGraph], sources: Mapping[int, Any]) -> str:
         lines.append(f"  subgraph cluster_g{g} {{")
         lines.append(f'    label="{_dot_text(_title(graph))}: {_dot_text(_summary(graph))}";')
         ids: dict[int, str] = {}
+        marked = _marked(graph)
         # (node, parent, indent); a layer opens a cluster closed after its subtree
         stack: list[Any] = [(graph.root, None, 2)]
         while stack:
@@ -235,11 +242,11 @@ def _dot(graphs: Sequence[StepGraph], sources: Mapping[int, Any]) -> str:
                 pad += "  "
             ident = ids[id(node)] = f"n{counter}"
             counter += 1
-            label = _dot_text(_label(node, sources)) + "\\n" + _dot_text(_figures(node, parent, graph.steps))
-            marked = _marked(node, parent)
-            lines.append(f'{pad}{ident} [label="{label}"{_RED if marked else ""}];')
+            red = id(node) in marked
+            label = _dot_text(_label(node, sources)) + "\\n" + _dot_text(_figures(node, parent, graph.steps, red))
+            lines.append(f'{pad}{ident} [label="{label}"{_RED if red else ""}];')
             if parent is not None:
-                style = f" [{_RED[2:]}]" if marked else ""
+                style = f" [{_RED[2:]}]" if red else ""
                 edges.append(f"  {ids[id(parent)]} -> {ident}{style};")
             inner = indent + 1 if node.kind == "layer" else indent
             for child in reversed(node.children):
