@@ -161,8 +161,11 @@ class TestWhatThePathSays:
         median = median_graph(graphs)
         assert (median.duration_ns, median.path_ns, median.gaps_ns) == (65 * US, 60 * US, 5 * US)
         assert "spans ran 0.060 ms of 0.065 ms, gaps 0.005 ms" in analysis.render_tree([median], "text")
-        (report_path,) = analysis.analyse(table_of(spans, backend), top=1).critical_paths
+        report = analysis.analyse(table_of(spans, backend), top=1)
+        (report_path,) = report.critical_paths
         assert (report_path.gaps_ns, report_path.parallel) == (5 * US, False)
+        text = analysis.render(report, "text")
+        assert "; one lane: the path is the whole step" in text and text.rstrip().endswith("one lane")
 
     def test_unknown_launch_fields_are_left_out(self, backend):
         """A kernel that gave grid and block but no shared memory size shows no ``smem=``; one

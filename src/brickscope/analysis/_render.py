@@ -377,6 +377,10 @@ def _critical_path_rows(writer: _Writer, report: Report) -> list[tuple[str, ...]
     rows = []
     for path in worst:
         most = path.slack[0] if path.slack else None
+        if not path.parallel:  # one lane: no span has slack
+            slack = "one lane"
+        else:
+            slack = "-" if most is None else f"{writer.name(most.name)} {_ms(most.slack_ns)} ms"
         rows.append((
             writer.name(path.rank),
             "-" if path.step is None else str(path.step),
@@ -385,7 +389,7 @@ def _critical_path_rows(writer: _Writer, report: Report) -> list[tuple[str, ...]
             _share(path.path_ns / path.duration_ns if path.duration_ns else None),
             _ms(path.gaps_ns),
             str(len(path.path)),
-            "one lane" if not path.parallel else "-" if most is None else f"{writer.name(most.name)} {_ms(most.slack_ns)} ms",
+            slack,
         ))  # fmt: skip
     return rows
 
