@@ -97,11 +97,12 @@ class StepGraph:
     root: Node
     path: list[Node]  # the critical path's spans (leaves, and bricks' own work), in time order
     steps: int = 1  # for a median over steps: how many
-    path_ns: int = 0
-    gaps_ns: int = 0
+    path_ns: int = 0  # time the critical path's spans run (see above)
+    gaps_ns: int = 0  # the rest of the step: the path waiting (see above)
 
     @property
     def duration_ns(self) -> int:
+        """The step's length (over steps: the median of their lengths)."""
         return self.root.duration_ns
 
     @property
