@@ -190,10 +190,18 @@ def summarise(table: Table) -> RunSummary:
     for key, parts in chunks.items():  # one name under two categories: both halves, re-sorted
         instances = parts[0] if len(parts) == 1 else be.sort(be.concat(parts, "int64"))
         steps = per_step.get(key)
-        operations[key] = OperationSummary(
-            None if steps is None else _median(sorted(steps.values())), instances, _sum(be, instances)
-        )
+        operations[key] = summarise_operation(instances, None if steps is None else list(steps.values()), be)
     return RunSummary(tuple(table.sources), operations, be)
+
+
+def summarise_operation(instances: Any, step_totals: Sequence[int] | None, backend: Any) -> OperationSummary:
+    """One operation in one run, from its instances' self times (sorted, a column of ``backend``)
+    and its self time in each step it ran in (None or empty: it never ran inside a step).
+
+    .. versionadded:: 0.3.0
+    """
+    step_median = _median(sorted(step_totals)) if step_totals else None
+    return OperationSummary(step_median, instances, _sum(backend, instances))
 
 
 def compare_runs(
