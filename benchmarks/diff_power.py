@@ -163,7 +163,8 @@ def main() -> None:
         return
     print(
         f"{args.trials} A/A and {args.trials} A/B comparisons per row; {CHANGED} {CHANGE - 1:+.0%} in A/B;"
-        f" --fail-above {FAIL_ABOVE:g}; run noise σ {args.run_noise:g}% per operation + {args.machine_noise:g}% per run"
+        f" --fail-above {FAIL_ABOVE:g}; run noise σ {args.run_noise:g}% per operation"
+        f" + {args.machine_noise:g}% per run"
     )
     print(
         f"{'runs a side':>11}  {'run noise':>9}  {'A/A false alarms':>16}  {'A/A any verdict':>15}  {'detected':>8}"

@@ -42,6 +42,8 @@ METHOD_WITHIN_RUN = "Mann-Whitney U on instances (one run a side: run-to-run noi
 #: :attr:`OperationChange.statistic` values.
 STEP_MEDIAN = "step median"
 INSTANCE_MEDIAN = "instance median"
+#: change %, interval low and high %, run spread %, t or z, df, p, q
+_Result = tuple[float, "float | None", "float | None", "float | None", float, "float | None", float, float]
 
 
 @dataclass(frozen=True)
@@ -189,8 +191,8 @@ def summarise(table: Table) -> RunSummary:
     operations = {}
     for key, parts in chunks.items():  # one name under two categories: both halves, re-sorted
         instances = parts[0] if len(parts) == 1 else be.sort(be.concat(parts, "int64"))
-        steps = per_step.get(key)
-        operations[key] = summarise_operation(instances, None if steps is None else list(steps.values()), be)
+        totals = per_step.get(key)
+        operations[key] = summarise_operation(instances, None if totals is None else list(totals.values()), be)
     return RunSummary(tuple(table.sources), operations, be)
 
 
@@ -222,22 +224,27 @@ def compare_runs(
     runs_measured = len(base) + len(new) >= 3
     base_keys = set().union(*(run.operations for run in base))
     new_keys = set().union(*(run.operations for run in new))
-    untested, statistics = [], {}
+    untested: list[str] = []
+    statistics: dict[tuple[str, str], tuple[str, list[int], list[int]]] = {}
     for key in sorted(base_keys & new_keys):
         missing = sum(key not in run.operations for run in (*base, *new))
         if missing:
             untested.append(f"{key[0]} {key[1]}: not in {missing} of the {len(base) + len(new)} runs")
             continue
         entries = [run.operations[key] for run in (*base, *new)]
-        by_step = all(entry.step_median_ns is not None for entry in entries)
-        values = [entry.step_median_ns if by_step else _median(entry.instances, base[0].backend) for entry in entries]
+        step_medians = [entry.step_median_ns for entry in entries]
+        by_step = None not in step_medians
+        values = [
+            median if median is not None and by_step else _median(entry.instances, base[0].backend)
+            for entry, median in zip(entries, step_medians)
+        ]
         if runs_measured and min(values) <= 0:
             untested.append(f"{key[0]} {key[1]}: no self time in a run")
             continue
         statistics[key] = (STEP_MEDIAN if by_step else INSTANCE_MEDIAN, values[: len(base)], values[len(base) :])
     if runs_measured:
         tests = run_test({key: (v[1], v[2]) for key, v in statistics.items()}, alpha)
-        results = {
+        results: dict[Any, _Result] = {
             key: (t.change_pct, t.ci_low_pct, t.ci_high_pct, t.run_spread_pct, t.t, t.df, t.p_value, t.q_value)
             for key, t in tests.items()
         }
@@ -245,13 +252,11 @@ def compare_runs(
         results = _within_run(base[0], new[0], statistics)
     changes = []
     for key, (statistic, base_values, new_values) in statistics.items():
-        change, low, high, spread, test, df, p, q = results[key]
+        change, test, q = results[key][0], results[key][4], results[key][7]
         verdict = "unchanged"
         if q <= alpha and abs(change) >= min_change_pct and (test > 0) == (change > 0):
             verdict = "regression" if change > 0 else "improvement"
-        changes.append(
-            _change(key, statistic, base, new, base_values, new_values, (change, low, high, spread, test, df, p, q), verdict)
-        )
+        changes.append(_change(key, statistic, base, new, base_values, new_values, results[key], verdict))
     order = {"regression": 0, "improvement": 1, "unchanged": 2}
     changes.sort(key=lambda c: (order[c.verdict], -abs(c.change_pct), c.kind, c.name))
     return Comparison(
@@ -270,7 +275,7 @@ def compare_runs(
     )
 
 
-def _within_run(base: RunSummary, new: RunSummary, statistics: dict[Any, Any]) -> dict[Any, tuple[Any, ...]]:
+def _within_run(base: RunSummary, new: RunSummary, statistics: dict[Any, Any]) -> dict[Any, _Result]:
     """One run a side: Mann-Whitney U on the instances, adjusted across operations; no interval."""
     be = base.backend
     tests = {key: be.rank_sum_test(new.operations[key].instances, base.operations[key].instances) for key in statistics}
@@ -288,14 +293,17 @@ def _change(
     new: Sequence[RunSummary],
     base_values: list[int],
     new_values: list[int],
-    result: tuple[Any, ...],
+    result: _Result,
     verdict: str,
 ) -> OperationChange:
+    change, low, high, spread, test, df, p, q = result
     be = base[0].backend
     sides = []
     for runs in (base, new):
         entries = [run.operations[key] for run in runs]
-        pooled = entries[0].instances if len(entries) == 1 else be.sort(be.concat([e.instances for e in entries], "int64"))
+        pooled = entries[0].instances
+        if len(entries) > 1:
+            pooled = be.sort(be.concat([e.instances for e in entries], "int64"))
         sides.append((be.size(pooled), _median(pooled, be), round(sum(e.total_ns for e in entries) / len(entries))))
     (n_base, p50_base, total_base), (n_new, p50_new, total_new) = sides
     return OperationChange(
@@ -312,7 +320,14 @@ def _change(
         _pct(total_base, total_new),
         tuple(base_values),
         tuple(new_values),
-        *result,
+        change,
+        low,
+        high,
+        spread,
+        test,
+        df,
+        p,
+        q,
         verdict,
     )
 

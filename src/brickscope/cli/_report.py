@@ -73,7 +73,10 @@ def register_diff(subparsers: Any) -> None:
         "runs", nargs="*", metavar="BASE NEW", help="one run a side: trace file or directory of each"
     )
     parser.add_argument(
-        "--base", nargs="*", metavar="RUN", help="the reference runs: each a trace file or a directory of one run's files"
+        "--base",
+        nargs="*",
+        metavar="RUN",
+        help="the reference runs: each a trace file or a directory of one run's files",
     )
     parser.add_argument("--new", nargs="*", metavar="RUN", help="the runs to judge, as --base")
     _add_common(parser)
@@ -137,7 +140,9 @@ def run_diff(args: argparse.Namespace) -> int:
         worst = comparison.above(args.fail_above)
         if worst:
             change = worst[0]
-            interval = "" if change.ci_low_pct is None else f" (interval {change.ci_low_pct:+.1f}% .. {change.ci_high_pct:+.1f}%)"
+            interval = ""
+            if change.ci_low_pct is not None:
+                interval = f" (interval {change.ci_low_pct:+.1f}% .. {change.ci_high_pct:+.1f}%)"
             print(
                 f"brickscope diff: {len(worst)} regression(s) above {args.fail_above:g}%:"
                 f" {one_line(change.name)} {change.change_pct:+.1f}%{interval}",
