@@ -430,8 +430,8 @@ def render_comparison(comparison: Comparison, format: str = "text") -> str:  # n
 
 
 def _sources(writer: _Writer, sources: tuple[str, ...], runs: int) -> str:
-    names = ", ".join(writer.name(s) for s in sources)
-    return names if runs == 1 else f"{runs} runs ({names})"
+    """One run: its files; several: how many (the JSON lists their files)."""
+    return ", ".join(writer.name(s) for s in sources) if runs == 1 else f"{runs} runs"
 
 
 def _change_row(writer: _Writer, change: OperationChange, runs: bool) -> tuple[str, ...]:
