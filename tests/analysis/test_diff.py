@@ -328,7 +328,10 @@ class TestDiffCommand:
             (["A", "B", "--base", "C", "--new", "D"], "give BASE NEW or --base RUN... --new RUN..., not both"),
             (["A"], "expected BASE NEW or --base RUN... --new RUN..., got 1 positional input(s)"),
             (["--base", "A", "A", "--new", "B"], "--base A: given twice"),
+            (["--base", "A", "--new", "B", "./B"], "--new B: given twice"),
             (["A", "B", "--min-change", "-1"], "--min-change -1: expected a percentage >= 0"),
+            (["A", "B", "--min-change", "nan"], "--min-change nan: expected a percentage >= 0"),
+            (["A", "B", "--fail-above", "inf"], "--fail-above inf: expected a percentage"),
             (["--base", "A", "C", "--new", "B", "--divergence"], "--divergence compares one run a side"),
         ],
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 from typing import Any
@@ -116,8 +117,10 @@ def run_diff(args: argparse.Namespace) -> int:
     """Load the runs, compare, print; 1 when a regression is above --fail-above."""
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: expected a number between 0 and 1")
-    if args.min_change < 0:
+    if not args.min_change >= 0 or math.isinf(args.min_change):
         raise UsageError(f"--min-change {args.min_change:g}: expected a percentage >= 0")
+    if args.fail_above is not None and not math.isfinite(args.fail_above):
+        raise UsageError(f"--fail-above {args.fail_above:g}: expected a percentage")
     base_runs, new_runs = _sides(args)
     single = len(base_runs) + len(new_runs) < 3
     if args.divergence:
@@ -165,7 +168,8 @@ def _sides(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     for option, runs in (("--base", args.base), ("--new", args.new)):
         if not runs:
             raise UsageError(f"{option}: no run given (expected one or more trace files or directories)")
-        twice = sorted({run for run in runs if runs.count(run) > 1})
+        paths = [os.path.realpath(run) for run in runs]
+        twice = [run for run, path in zip(runs, paths) if paths.count(path) > 1]
         if twice:
             raise UsageError(f"{option} {twice[0]}: given twice (a run repeated would pass for run-to-run agreement)")
     return args.base, args.new
