@@ -15,7 +15,7 @@ import pytest
 from analysis_synthetic import _resource, span, write_otlp_json
 
 from brickscope.analysis import compare, get_backend
-from brickscope.analysis._diff import INSTANCE_MEDIAN, METHOD_RUNS, METHOD_WITHIN_RUN, STEP_MEDIAN
+from brickscope.analysis._diff import INSTANCE_MEDIAN, METHOD_RUNS, METHOD_WITHIN_RUN, STEP_MEDIAN, summarise
 from brickscope.analysis._runtest import benjamini_hochberg, run_test, squeeze_variances, t_critical, t_two_sided_p
 from brickscope.analysis._table import TableBuilder
 from brickscope.cli import main
@@ -244,6 +244,22 @@ class TestCompareRuns:
         assert change.change_pct == pytest.approx((math.exp((logs[2] + logs[3] - logs[0] - logs[1]) / 2) - 1) * 100)
         assert change.ci_low_pct < change.change_pct < change.ci_high_pct
         assert change.df == 2.0
+
+    def test_one_name_under_two_categories_is_one_operation(self, backend):
+        """Instances of k under categories x and y in one step are the operation's self time in that
+        step together: steps of 10 (x) + 20 (y), 30 + 40, 50 + 60 us give a step median of 70 us."""
+        spans, start = [], 0
+        for step, values in enumerate(((10, 20), (30, 40), (50, 60))):
+            for value, category in zip(values, ("x", "y")):
+                spans.append(
+                    span(len(spans) + 1, "k", "brick", start, start + value, _resource(0), step=step, category=category)
+                )
+                start += value
+        builder = TableBuilder(get_backend(backend))
+        builder.add_all(spans)
+        summary = summarise(builder.build())
+        (operation,) = summary.operations.values()
+        assert operation.step_median_ns == 70_000 and operation.total_ns == 210_000
 
     def test_generated_aa_runs_do_not_fire_the_gate(self, tmp_path, capsys):
         """Three runs against three of the same program (seed 7): no regression above 5 %, exit 0;

@@ -183,11 +183,14 @@ def summarise(table: Table) -> RunSummary:
     for code, key in enumerate(keys):
         if offsets[code + 1] > offsets[code]:
             chunks.setdefault(key, []).append(ordered[offsets[code] : offsets[code + 1]])
+    in_steps = work.select(be.mask_range(work["step"], 0, None))
     per_step: dict[tuple[str, str], dict[int, int]] = {}
-    for code, step, value in zip(be.to_list(work["op"]), be.to_list(work["step"]), be.to_list(work["self"])):
-        if step >= 0:
-            steps = per_step.setdefault(keys[code], {})
-            steps[step] = steps.get(step, 0) + value
+    if in_steps.rows:  # the self time of each (operation, step): one key per pair
+        step_count = be.group_max(be.full(in_steps.rows, 0, "int64"), 1, in_steps["step"])[0] + 1
+        pairs, sums = be.sum_by_key(be.combine(in_steps["op"], in_steps["step"], step_count), in_steps["self"])
+        for pair, total in zip(pairs, sums):
+            steps = per_step.setdefault(keys[pair // step_count], {})  # one name, two categories: summed
+            steps[pair % step_count] = steps.get(pair % step_count, 0) + total
     operations = {}
     for key, parts in chunks.items():  # one name under two categories: both halves, re-sorted
         instances = parts[0] if len(parts) == 1 else be.sort(be.concat(parts, "int64"))
