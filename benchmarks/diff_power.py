@@ -136,9 +136,16 @@ def measure(trials: int, seed: int, noise: Noise) -> list[dict[str, object]]:
     return rows
 
 
+def _positive(text: str) -> int:
+    value = int(text) if text.isdigit() else 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=1000, help="comparisons per case (1000)")
+    parser.add_argument("--trials", type=_positive, default=1000, help="comparisons per case (1000)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--run-noise", type=float, default=1.0, help="per-operation run shift σ, percent (1.0)")
     parser.add_argument("--machine-noise", type=float, default=1.0, help="whole-run shift σ, percent (1.0)")
