@@ -56,6 +56,18 @@ def test_union_length_equals_covered_points(data):
             assert lengths[g] == len(covered)
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1 << 40), st.integers(-(1 << 55), 1 << 55)), max_size=60))
+def test_sum_by_key_is_exact(pairs):
+    """Distinct keys ascending with the exact integer sum of each key's values (sums past 2**53 included)."""
+    expected: dict[int, int] = {}
+    for key, value in pairs:
+        expected[key] = expected.get(key, 0) + value
+    for be in BACKENDS:
+        keys, sums = be.sum_by_key(be.column([k for k, _ in pairs], "int64"), be.column([v for _, v in pairs], "int64"))
+        assert (keys, sums) == (sorted(expected), [expected[k] for k in sorted(expected)])
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     st.lists(st.integers(0, 50), min_size=1, max_size=40), st.lists(st.integers(0, 50), min_size=1, max_size=40)

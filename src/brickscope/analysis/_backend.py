@@ -145,6 +145,15 @@ class PythonBackend:
             sums[code] += value
         return sums
 
+    def sum_by_key(self, keys: Any, values: Any) -> tuple[list[int], list[Any]]:
+        """(distinct keys ascending, the sum of the values of each): grouped sums for keys too
+        sparse to be group codes (a (operation, step) pair, say)."""
+        sums: dict[int, Any] = {}
+        for key, value in zip(keys, values):
+            sums[key] = sums.get(key, 0) + value
+        ordered = sorted(sums)
+        return ordered, [sums[key] for key in ordered]
+
     def group_max(self, codes: Any, groups: int, values: Any) -> list[Any]:
         """Per-group maximum; None for an empty group."""
         out: list[Any] = [None] * groups

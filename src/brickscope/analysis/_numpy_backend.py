@@ -101,6 +101,14 @@ class NumpyBackend:
         _sum_sorted(sums, codes, values)
         return sums.tolist()
 
+    def sum_by_key(self, keys: Any, values: Any) -> tuple[list[int], list[Any]]:
+        if not keys.shape[0]:
+            return [], []
+        order = np.argsort(keys)  # any order within a key: its values are summed
+        ordered = keys[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        return ordered[starts].tolist(), np.add.reduceat(values[order], starts).tolist()  # int64: exact
+
     def group_max(self, codes: Any, groups: int, values: Any) -> list[Any]:
         out = np.full(groups, np.iinfo(np.int64).min if values.dtype.kind == "i" else -np.inf)
         out = out.astype(values.dtype)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from typing import Any
 
-from brickscope.analysis._diff import Comparison
+from brickscope.analysis._diff import Comparison, OperationChange
 from brickscope.analysis._model import Instance, OperationStats, Report
 from brickscope.analysis._operations import OUTLIER_FACTOR
 
@@ -404,24 +405,27 @@ def render_comparison(comparison: Comparison, format: str = "text") -> str:  # n
         data["changes"] = [_finite(change) for change in data["changes"]]
         return json.dumps(data, indent=2)
     writer = _Writer(format == "markdown")
+    runs = comparison.run_noise_measured
     head = (
-        f"brickscope diff: {', '.join(writer.name(s) for s in comparison.base_sources)} ->"
-        f" {', '.join(writer.name(s) for s in comparison.new_sources)}: Mann-Whitney U on self times,"
-        f" p < {comparison.alpha:g} and median moved >= {comparison.min_change_pct:g}%"
+        f"brickscope diff: {_sources(writer, comparison.base_sources, comparison.base_runs)} ->"
+        f" {_sources(writer, comparison.new_sources, comparison.new_runs)}: {comparison.method};"
+        f" Benjamini-Hochberg q <= {comparison.alpha:g} and change >= {comparison.min_change_pct:g}%"
     )
     lines = [f"**{head}**" if writer.markdown else head]
+    if runs:
+        lines.append(
+            f"intervals: {1 - comparison.alpha:.0%} confidence; run noise: standard deviation of an"
+            " operation's run statistic from run to run"
+        )
+    else:
+        lines.append(
+            "one run a side: run-to-run noise was not measured, so a verdict says these two runs differ,"
+            " not that the code changed; compare several runs a side (--base A1 A2 A3 --new B1 B2 B3)"
+        )
     header = (
-        "operation",
-        "kind",
-        "base n",
-        "new n",
-        "base p50 us",
-        "new p50 us",
-        "p50",
-        "base ms",
-        "new ms",
-        "total",
-        "p",
+        ("operation", "kind", "statistic", "base us", "new us", "change", "interval", "run noise", "total", "q")
+        if runs
+        else ("operation", "kind", "statistic", "base n", "new n", "base us", "new us", "change", "total", "q")
     )
     for verdict, title in (("regression", "Regressions"), ("improvement", "Improvements")):
         rows = [c for c in comparison.changes if c.verdict == verdict]
@@ -429,34 +433,58 @@ def render_comparison(comparison: Comparison, format: str = "text") -> str:  # n
         if not rows:
             lines += writer.note("none")
             continue
-        lines += writer.table(
-            header,
-            [
-                (
-                    writer.name(c.name),
-                    c.kind,
-                    str(c.base_count),
-                    str(c.new_count),
-                    _us(c.base_p50_ns),
-                    _us(c.new_p50_ns),
-                    f"{c.p50_change_pct:+.1f}%",
-                    _ms(c.base_total_ns),
-                    _ms(c.new_total_ns),
-                    f"{c.total_change_pct:+.1f}%",
-                    f"{c.p_value:.2g}",
-                )
-                for c in rows
-            ],
-            2,
-        )
+        lines += writer.table(header, [_change_row(writer, c, runs) for c in rows], 3)
     unchanged = sum(1 for c in comparison.changes if c.verdict == "unchanged")
     lines += writer.title("Not significant")
     lines += writer.note(f"{unchanged} operations")
-    for what, names in (("Only in the new run", comparison.added), ("Only in the base run", comparison.removed)):
+    for what, names in (
+        ("Only in the new runs", comparison.added),
+        ("Only in the base runs", comparison.removed),
+        ("Not compared", comparison.untested),
+    ):
         if names:
             lines += writer.title(what)
             lines += writer.note(", ".join(writer.name(n) for n in names))
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _sources(writer: _Writer, sources: tuple[str, ...], runs: int) -> str:
+    """One run: its files; several: how many (the JSON lists their files)."""
+    return ", ".join(writer.name(s) for s in sources) if runs == 1 else f"{runs} runs"
+
+
+def _change_row(writer: _Writer, change: OperationChange, runs: bool) -> tuple[str, ...]:
+    """One operation's row: run-level columns, or the one-run-a-side columns."""
+    first = (writer.name(change.name), change.kind, change.statistic)
+    base, new = _geometric_mean(change.base_runs_ns), _geometric_mean(change.new_runs_ns)
+    if runs:
+        return (
+            *first,
+            _us(base),
+            _us(new),
+            f"{change.change_pct:+.1f}%",
+            f"{change.ci_low_pct:+.1f}% .. {change.ci_high_pct:+.1f}%",
+            f"{change.run_spread_pct:.1f}%",
+            f"{change.total_change_pct:+.1f}%",
+            f"{change.q_value:.2g}",
+        )
+    return (
+        *first,
+        str(change.base_count),
+        str(change.new_count),
+        _us(base),
+        _us(new),
+        f"{change.change_pct:+.1f}%",
+        f"{change.total_change_pct:+.1f}%",
+        f"{change.q_value:.2g}",
+    )
+
+
+def _geometric_mean(values: tuple[int, ...]) -> float:
+    """What the change is the ratio of: the runs' geometric mean (one run: its value)."""
+    if len(values) == 1 or min(values) <= 0:
+        return sum(values) / len(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def _finite(change: dict[str, Any]) -> dict[str, Any]:

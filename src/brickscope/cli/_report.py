@@ -5,7 +5,7 @@ Example::
 
     $ brickscope report trace.pftrace --top 5 --step 2:
     $ brickscope report runs/ --format json > report.json
-    $ brickscope diff base.pftrace new.pftrace --fail-above 5
+    $ brickscope diff --base a1/ a2/ a3/ --new b1/ b2/ b3/ --fail-above 5
 
 Bad input prints one line naming the file and the problem and exits 1; bad
 arguments exit 2 (the statuses of every ``brickscope`` command). Nothing is
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 from typing import Any
@@ -60,28 +61,49 @@ def register_diff(subparsers: Any) -> None:
     """Add the ``diff`` subcommand."""
     parser = subparsers.add_parser(
         "diff",
-        help="per-operation change between two runs, with a significance test (CI guard)",
+        help="per-operation change between runs, with a run-level test and intervals (CI guard)",
         description=(
-            "Compare per-instance self times of each operation between BASE and NEW with the"
-            " Mann-Whitney U test; list significant regressions and improvements."
+            "Compare each operation's self time between the base runs and the new runs: per run a"
+            " statistic (median over steps), a moderated t test on its logs, Benjamini-Hochberg across"
+            " operations, the change with its confidence interval. Give several runs a side"
+            " (--base A1 A2 A3 --new B1 B2 B3); BASE NEW compares one run a side, where run-to-run"
+            " noise cannot be measured."
         ),
     )
-    parser.add_argument("base", metavar="BASE", help="trace file or directory of the reference run")
-    parser.add_argument("new", metavar="NEW", help="trace file or directory of the run to judge")
+    parser.add_argument(
+        "runs", nargs="*", metavar="BASE NEW", help="one run a side: trace file or directory of each"
+    )
+    parser.add_argument(
+        "--base",
+        nargs="*",
+        metavar="RUN",
+        help="the reference runs: each a trace file or a directory of one run's files",
+    )
+    parser.add_argument("--new", nargs="*", metavar="RUN", help="the runs to judge, as --base")
     _add_common(parser)
     parser.add_argument(
         "--fail-above",
         type=float,
         metavar="PCT",
-        help="exit 1 when a significant regression's median grew by more than PCT percent",
+        help="exit 1 when a significant regression's whole confidence interval lies above +PCT percent",
     )
-    parser.add_argument("--alpha", type=float, default=ALPHA, help=f"significance level ({ALPHA})")
+    parser.add_argument(
+        "--allow-single-run",
+        action="store_true",
+        help=(
+            "with one run a side, let --fail-above judge the change itself (no interval exists):"
+            " it then also fails on run-to-run noise"
+        ),
+    )
+    parser.add_argument(
+        "--alpha", type=float, default=ALPHA, help=f"false discovery rate, and 1 - the intervals' level ({ALPHA})"
+    )
     parser.add_argument(
         "--min-change",
         type=float,
         default=MIN_CHANGE_PCT,
         metavar="PCT",
-        help=f"smallest median change reported as significant, percent ({MIN_CHANGE_PCT})",
+        help=f"smallest change reported as significant, percent ({MIN_CHANGE_PCT})",
     )
     parser.add_argument(
         "--divergence",
@@ -92,34 +114,71 @@ def register_diff(subparsers: Any) -> None:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    """Load both runs, compare, print; 1 when a regression exceeds --fail-above."""
+    """Load the runs, compare, print; 1 when a regression is above --fail-above."""
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: expected a number between 0 and 1")
+    if not args.min_change >= 0 or math.isinf(args.min_change):
+        raise UsageError(f"--min-change {args.min_change:g}: expected a percentage >= 0")
+    if args.fail_above is not None and not math.isfinite(args.fail_above):
+        raise UsageError(f"--fail-above {args.fail_above:g}: expected a percentage")
+    base_runs, new_runs = _sides(args)
+    single = len(base_runs) + len(new_runs) < 3
     if args.divergence:
-        return run_divergence(args)
+        if len(base_runs) != 1 or len(new_runs) != 1:
+            raise UsageError("--divergence compares one run a side: give BASE NEW")
+        return run_divergence(args, base_runs[0], new_runs[0])
+    if args.fail_above is not None and single and not args.allow_single_run:
+        raise UsageError(
+            "--fail-above with one run a side would fail on run-to-run noise: give several runs a side"
+            " (--base A1 A2 A3 --new B1 B2 B3), or --allow-single-run to accept that"
+        )
     try:
-        base = _filtered(args, [args.base])
-        new = _filtered(args, [args.new])
+        base = [_filtered(args, [run]) for run in base_runs]
+        new = [_filtered(args, [run]) for run in new_runs]
         comparison = compare(base, new, alpha=args.alpha, min_change_pct=args.min_change)
     except AnalysisError as exc:
         return _fail(args, exc)
     sys.stdout.write(render_comparison(comparison, args.format))
     if args.fail_above is not None:
-        worst = [c for c in comparison.regressions if c.p50_change_pct > args.fail_above]
+        worst = comparison.above(args.fail_above)
         if worst:
+            change = worst[0]
+            interval = ""
+            if change.ci_low_pct is not None:
+                interval = f" (interval {change.ci_low_pct:+.1f}% .. {change.ci_high_pct:+.1f}%)"
             print(
                 f"brickscope diff: {len(worst)} regression(s) above {args.fail_above:g}%:"
-                f" {one_line(worst[0].name)} {worst[0].p50_change_pct:+.1f}%",
+                f" {one_line(change.name)} {change.change_pct:+.1f}%{interval}",
                 file=sys.stderr,
             )
             return EXIT_BAD_INPUT
     return EXIT_OK
 
 
-def run_divergence(args: argparse.Namespace) -> int:
+def _sides(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The base and new runs, from BASE NEW or from --base/--new (not both)."""
+    if args.base is None and args.new is None:
+        if len(args.runs) != 2:
+            raise UsageError(
+                f"expected BASE NEW or --base RUN... --new RUN..., got {len(args.runs)} positional input(s)"
+            )
+        return [args.runs[0]], [args.runs[1]]
+    if args.runs:
+        raise UsageError("give BASE NEW or --base RUN... --new RUN..., not both")
+    for option, runs in (("--base", args.base), ("--new", args.new)):
+        if not runs:
+            raise UsageError(f"{option}: no run given (expected one or more trace files or directories)")
+        paths = [os.path.realpath(run) for run in runs]
+        twice = [run for run, path in zip(runs, paths) if paths.count(path) > 1]
+        if twice:
+            raise UsageError(f"{option} {twice[0]}: given twice (a run repeated would pass for run-to-run agreement)")
+    return args.base, args.new
+
+
+def run_divergence(args: argparse.Namespace, base: str, new: str) -> int:
     """``diff --divergence``: 0 when the checksummed outputs agree, 1 when one differs (or bad input)."""
     try:
-        result = divergence(_filtered(args, [args.base]), _filtered(args, [args.new]))
+        result = divergence(_filtered(args, [base]), _filtered(args, [new]))
     except AnalysisError as exc:
         return _fail(args, exc)
     if args.format == "json":
