@@ -39,8 +39,13 @@ everything it forgot (``sealed_until_ns``); older late-comers go to another lane
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 
 _NEG_INF = -(1 << 63)
+
+
+def _no_pause() -> None:
+    """The pace of a caller nobody waits for."""
 
 
 class _Node:
@@ -117,20 +122,23 @@ class Lane:
         self._starts[start] = self._starts.get(start, 0) + 1
         return True
 
-    def shrink(self, keep: int) -> None:
-        """Forget the oldest top-level subtrees until at most ``keep`` slices remain."""
+    def shrink(self, keep: int, pace: Callable[[], None] = _no_pause) -> None:
+        """Forget the oldest top-level subtrees until at most ``keep`` slices remain,
+        calling ``pace`` after each forgotten slice."""
         children = self._root.children
         drop = 0
         while self._root.size > keep and drop < len(children):
             node = children[drop]
             self._root.size -= node.size
             self.sealed_until_ns = max(self.sealed_until_ns, node.end)
-            self._forget_starts(node)
             drop += 1
+        forgotten = children[:drop]
         del children[:drop]
+        self._forget(forgotten, pace)
 
-    def _forget_starts(self, node: _Node) -> None:
-        stack = [node]
+    def _forget(self, stack: list[_Node], pace: Callable[[], None]) -> None:
+        """Take the subtrees' starts out of the rule-3 table and free them node by node
+        (dropping a whole subtree at once frees it in one uninterruptible call)."""
         while stack:
             n = stack.pop()
             left = self._starts[n.start] - 1
@@ -140,6 +148,8 @@ class Lane:
                 del self._starts[n.start]
             if n.children:
                 stack.extend(n.children)
+                n.children = None
+            pace()
 
 
 class LaneSet:
@@ -166,7 +176,7 @@ class LaneSet:
         """Slices remembered across all lanes."""
         return sum(lane.size for lane in self.lanes)
 
-    def shrink(self) -> None:
+    def shrink(self, pace: Callable[[], None] = _no_pause) -> None:
         """Halve what every lane remembers (the writer's memory budget was exceeded)."""
         for lane in self.lanes:
-            lane.shrink(lane.size // 2)
+            lane.shrink(lane.size // 2, pace)
