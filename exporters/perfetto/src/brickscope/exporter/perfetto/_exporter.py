@@ -112,7 +112,7 @@ class PerfettoSpanExporter(SpanExporter):
             try:
                 data = self._writer.encode(spans)
                 if self._writer.skipped_spans > skipped and not skipped:
-                    logger.warning("%s: skipping spans without a start time (counted, not logged again)", self.path)
+                    logger.warning("%s: skipping spans without a start time, or with one outside 0..2**64-1 ns (counted, not logged again)", self.path)
             except Exception:  # a bug here must not reach the application
                 self._writer.rollback()
                 self._fail("cannot encode %d spans for %s", len(spans), self.path, exc_info=True)

@@ -55,7 +55,7 @@ from brickscope.trace import attributes as A
 
 from ._clocks import clock_readings
 from ._interning import Interner, sanitize
-from ._lanes import LaneSet
+from ._lanes import MAX_TIME_NS, LaneSet
 from ._schema import (
     CLOCK_INCREMENTAL,
     CLOCK_REALTIME,
@@ -440,10 +440,10 @@ class TraceWriter:
 
     def _collect(self, span: ReadableSpan, slices: list[_Slice]) -> None:
         start = span.start_time
-        if start is None or span.context is None:
+        if start is None or span.context is None or not 0 <= start <= MAX_TIME_NS:
             self.skipped_spans += 1
             return
-        end = span.end_time if span.end_time is not None and span.end_time >= start else start
+        end = span.end_time if span.end_time is not None and start <= span.end_time <= MAX_TIME_NS else start
         attributes = span.attributes or {}
         process = self._process(span.resource)
         category = _category(span, attributes)
@@ -453,7 +453,7 @@ class TraceWriter:
             main = _Slice(start, end, track, span, True)
             host_start = attributes.get(A.HOST_START_NS)
             host_duration = attributes.get(A.HOST_DURATION_NS)
-            if _is_int(host_start) and _is_int(host_duration) and host_start >= 0:
+            if _is_int(host_start) and _is_int(host_duration) and 0 <= host_start <= MAX_TIME_NS - max(host_duration, 0):
                 launch = _Slice(host_start, host_start + max(host_duration, 0), self._host_track(process, attributes), span, False)
                 launch.category = category
                 if end > host_start:
