@@ -18,7 +18,9 @@ spin until a deadline: a step the interpreter was kept from running gets longer)
 4 ms wait with the interpreter released, as a step waiting for its GPU. ``bricks`` is
 chosen so the loop makes about ``--spans-per-s`` spans per second (steps of about 10 ms).
 
-Each case runs in a fresh interpreter for ``--seconds`` after one second of warm-up;
+Each case runs in a fresh interpreter for ``--seconds`` after one second of warm-up
+(and a full garbage collection after set-up: the imports leave a backlog that the first
+full collection clears, once per process, and short windows would catch it);
 rounds alternate the cases (the order rotates from round to round), so each sees the
 same machine load. The figures are the application thread's step times pooled over the
 rounds: median and p99 per case, and their ratios to ``null``'s. Per case also:
@@ -165,6 +167,9 @@ def child(case: str, spans_per_s: float, seconds: float, directory: str) -> dict
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     session = bs.configure(provider, clock="host", sync_mode="deferred")
+    # The imports above leave the collector a backlog that a first full collection clears
+    # a few seconds in, once per process: clear it now, so the window sees steady state.
+    gc.collect()
     bricks = bricks_for(spans_per_s)
     kernel_iterations = _calibrate(int(STEP_WORK_MS * 1e6 / (bricks * KERNELS_PER_BRICK)))
     names = [f"brick_{i}" for i in range(bricks)]
