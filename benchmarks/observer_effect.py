@@ -102,21 +102,21 @@ class _NullExporter:
 
 
 class _GcPauses:
-    """Collections of the cyclic GC during the window: (generation, CPU ns, thread name).
+    """Collections of the cyclic GC during the window: (generation, CPU ns).
 
     CPU time of the collecting thread, not wall time: on a loaded machine the wall time
     of a collection is mostly the OS running something else.
     """
 
     def __init__(self) -> None:
-        self.pauses: list[tuple[int, int, str]] = []
+        self.pauses: list[tuple[int, int]] = []
         self._start = 0
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._start = time.thread_time_ns()
         else:
-            self.pauses.append((info["generation"], time.thread_time_ns() - self._start, threading.current_thread().name))
+            self.pauses.append((info["generation"], time.thread_time_ns() - self._start))
 
 
 class _Probe(threading.Thread):
@@ -125,11 +125,11 @@ class _Probe(threading.Thread):
     def __init__(self) -> None:
         super().__init__(name="observer-probe", daemon=True)
         self.worst_ns = 0
-        self.late = []  # lateness of every wake-up, ns
-        self.stop = False
+        self.late: list[int] = []  # lateness of every wake-up, ns
+        self.stopping = False
 
     def run(self) -> None:
-        while not self.stop:
+        while not self.stopping:
             before = time.perf_counter_ns()
             time.sleep(0.001)
             late = time.perf_counter_ns() - before - 1_000_000
@@ -202,10 +202,10 @@ def child(case: str, spans_per_s: float, seconds: float, directory: str) -> dict
         if measuring:
             steps.append(time.perf_counter_ns() - start)
         step += 1
-    probe.stop = True
+    probe.stopping = True
     probe.join()
     gc.callbacks.remove(gc_pauses)
-    full = sum(1 for generation, _, _ in gc_pauses.pauses if generation == 2)
+    full = sum(1 for generation, _ in gc_pauses.pauses if generation == 2)
     stats = session.stats()
     provider.shutdown()
     late = sorted(probe.late)
@@ -216,7 +216,7 @@ def child(case: str, spans_per_s: float, seconds: float, directory: str) -> dict
         "spans_dropped": stats.get("spans_dropped"),
         "stall_ms_max": probe.worst_ns / 1e6,
         "stall_ms_p99": late[int(0.99 * (len(late) - 1))] / 1e6 if late else 0.0,
-        "gc_cpu_ms_max": max((pause for _, pause, _ in gc_pauses.pauses), default=0) / 1e6,
+        "gc_cpu_ms_max": max((pause for _, pause in gc_pauses.pauses), default=0) / 1e6,
         "gc_full_collections": full,
         "spans_per_s": len(steps) * (1 + bricks * (1 + KERNELS_PER_BRICK)) / (sum(steps) / 1e9),
     }
