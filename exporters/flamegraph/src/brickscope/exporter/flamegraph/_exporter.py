@@ -27,6 +27,7 @@ from typing import IO, Any, TextIO
 
 from brickscope.exporter.flamegraph import environment_variables as env
 from brickscope.exporter.flamegraph._folded import UNITS, folded_lines, write_folded
+from brickscope.exporter.flamegraph._pacing import Pacer
 from brickscope.exporter.flamegraph._speedscope import speedscope_document
 from brickscope.exporter.flamegraph._stacks import DEFAULT_LATE_WINDOW, StackAggregator, Stats
 from brickscope.exporter.flamegraph._weights import Weight
@@ -56,8 +57,9 @@ class FlamegraphSpanExporter(SpanExporter):
     so the files are valid at every moment and a crash loses at most one
     interval.
 
-    ``export`` runs on the span processor's thread; it only folds spans into
-    the aggregate (memory proportional to distinct stacks plus spans waiting for
+    ``export`` runs on the span processor's thread and pauses briefly every half
+    millisecond of work, so the application thread never waits long for the
+    interpreter; it only folds spans into the aggregate (memory proportional to distinct stacks plus spans waiting for
     their parent) and never raises: a failure is logged once and returns
     ``FAILURE``.
 
@@ -139,6 +141,9 @@ class FlamegraphSpanExporter(SpanExporter):
         )
         self._last_write = time.monotonic()
         self._lock = threading.Lock()
+        # Folding and writing pause every PACE_BUDGET_NS, so the application thread
+        # never waits longer than that for the interpreter (see _pacing).
+        self._pacer = Pacer()
         self._shutdown = False
         self._dirty = False  # spans folded since the last successful write
         self._written = False
@@ -181,7 +186,10 @@ class FlamegraphSpanExporter(SpanExporter):
             self._dirty = self._dirty or bool(spans)
             if self._auto_weight:
                 self._choose_weight(spans)
+            pacer = self._pacer
+            pacer.start()
             for span in spans:
+                pacer.tick()
                 try:
                     self._stacks.add(span)
                 except Exception:  # a span that breaks the SDK's types must not stop the rest
@@ -238,13 +246,19 @@ class FlamegraphSpanExporter(SpanExporter):
     def _write(self) -> bool:
         self._last_write = time.monotonic()
         self._dirty = False
+        tick = self._pacer.tick
         try:
+            tick()
             profile = self._stacks.snapshot()
+            tick()
             lines = folded_lines(profile, self._unit)
+            tick()
             _write_text(self._path, lambda out: write_folded(lines, out))
             self._bytes_written += os.stat(self._path).st_size
             if self._speedscope_path is not None:
+                tick()
                 document = speedscope_document(profile)
+                tick()
                 _write_text(
                     self._speedscope_path,
                     lambda out: json.dump(document, out, ensure_ascii=False, separators=(",", ":")),

@@ -113,19 +113,16 @@ class _Group:
         self.spans = 0
 
 
-class _Arrived:
-    """A span that has arrived: where it sits, for children that come after it."""
-
-    __slots__ = ("parent", "anchor", "stack", "gpu", "timeline", "extent", "cover")
-
-    def __init__(self, parent, anchor, stack, gpu, timeline, extent, cover) -> None:
-        self.parent = parent  # parent key, or None for a root
-        self.anchor = anchor  # None: stack is absolute; else the pending group it is relative to
-        self.stack = stack
-        self.gpu = gpu  # GPU timeline id (for device frames), or None
-        self.timeline = timeline
-        self.extent = extent  # None: no weight
-        self.cover = cover  # cover of its weighted children (None: none yet)
+# A span that has arrived, where it sits, for children that come after it: a plain tuple
+# (parent key or None for a root; anchor: None if the stack is absolute, else the key of
+# the pending group it is relative to; stack; GPU timeline id for device frames, or None;
+# timeline; extent, None: no weight; cover of its weighted children, None: none yet).
+# A plain tuple of ints, which most are (a leaf has no cover), is one the cyclic garbage
+# collector stops tracking, so the late window adds almost nothing to each collection
+# (an object per remembered span made a full collection traverse 65,536 more, with the
+# interpreter held). Changing one means storing a new tuple.
+_Arrived = tuple
+_PARENT, _ANCHOR, _STACK, _GPU, _TIMELINE, _EXTENT, _COVER = range(7)
 
 
 class StackAggregator:
@@ -202,9 +199,9 @@ class StackAggregator:
         here = self._arrived.get(parent_key) if parent_key is not None else None
         if parent_key is None:
             stack = self._rebase(self._child(_EMPTY, service), None, self._child(_EMPTY, frame))
-        elif here is not None and (place := self._locate(here)) is not None:
+        elif here is not None and (place := self._locate(parent_key)) is not None:
             anchor, parent_stack = place
-            stack = self._rebase(parent_stack, here.gpu, self._child(_EMPTY, frame))
+            stack = self._rebase(parent_stack, here[_GPU], self._child(_EMPTY, frame))
             if extent is not None:
                 self._cover_up(parent_key, [extent])
             elif cover is not None:
@@ -237,7 +234,7 @@ class StackAggregator:
         if self._late_window:
             if key not in self._arrived:
                 self._arrival_order.append(key)
-            self._arrived[key] = _Arrived(parent_key, anchor, stack, gpu, timeline, extent, cover)
+            self._arrived[key] = (parent_key, anchor, stack, gpu, timeline, extent, cover)
             if len(self._arrival_order) > self._late_window:
                 del self._arrived[self._arrival_order.popleft()]
 
@@ -253,35 +250,38 @@ class StackAggregator:
                     for extent in extents:
                         waiting.cover.add(extent)
                 return
-            if node.extent is not None:
-                if node.cover is None:
-                    node.cover = self.weight.new_cover()
-                newly = sum(node.cover.add_within(e, node.extent) for e in extents)
-                place = self._locate(node) if newly else None
+            extent, cover = node[_EXTENT], node[_COVER]
+            if extent is not None:
+                if cover is None:
+                    cover = self.weight.new_cover()
+                    self._arrived[key] = (*node[:_COVER], cover)
+                newly = sum(cover.add_within(e, extent) for e in extents)
+                place = self._locate(key) if newly else None
                 if place is not None:
                     anchor, stack = place
                     target = self._weights if anchor is None else self._waiting[anchor].weights
-                    _accumulate(target, (node.timeline, stack), -newly, None)
+                    _accumulate(target, (node[_TIMELINE], stack), -newly, None)
                 return
-            if node.parent is None:
+            if node[_PARENT] is None:
                 return
-            key = node.parent
+            key = node[_PARENT]
 
-    def _locate(self, node: _Arrived) -> tuple[int | None, int] | None:
-        """(anchor, stack) of an arrived span now, or None if its place was forgotten."""
-        while node.anchor is not None:
-            anchor = node.anchor
+    def _locate(self, key: int) -> tuple[int | None, int] | None:
+        """(anchor, stack) of the arrived span ``key`` now, or None if its place was forgotten."""
+        node = self._arrived[key]
+        while (anchor := node[_ANCHOR]) is not None:
             if anchor in self._waiting:
-                return anchor, node.stack  # its parent is still pending: relative place
+                return anchor, node[_STACK]  # its parent is still pending: relative place
             above = self._arrived.get(anchor)
             if above is None:
                 return None
-            place = self._locate(above)
+            place = self._locate(anchor)
             if place is None:
                 return None
             # Path compression: remember the resolved place.
-            node.anchor, node.stack = place[0], self._rebase(place[1], above.gpu, node.stack)
-        return None, node.stack
+            stack = self._rebase(place[1], above[_GPU], node[_STACK])
+            node = self._arrived[key] = (node[_PARENT], place[0], stack, *node[_GPU:])
+        return None, node[_STACK]
 
     # -- snapshot ------------------------------------------------------------------
 

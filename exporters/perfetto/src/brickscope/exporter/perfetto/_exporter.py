@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from brickscope.offline import OutputError, check_output
 
+from ._pacing import Pacer
 from ._writer import TraceWriter
 
 logger = logging.getLogger(__name__)
@@ -71,7 +72,10 @@ class PerfettoSpanExporter(SpanExporter):
     ) -> None:
         if max_tracked_slices < 1:
             raise ValueError(f"max_tracked_slices must be at least 1, got {max_tracked_slices}")
-        self._writer = TraceWriter(max_tracked_slices=max_tracked_slices)
+        # Encoding pauses every PACE_BUDGET_NS: the application thread never waits
+        # longer than that for the interpreter while a batch is encoded (see _pacing).
+        self._pacer = Pacer()
+        self._writer = TraceWriter(max_tracked_slices=max_tracked_slices, pace=self._pacer.tick)
         self._lock = threading.Lock()
         self._failures = 0
         self._pid = os.getpid()
@@ -90,8 +94,10 @@ class PerfettoSpanExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Append one batch; ``FAILURE`` (logged, never raised) if it cannot be written.
 
-        May be called from any thread; calls are serialised. Blocks for the
-        duration of one buffered write and flush.
+        May be called from any thread; calls are serialised. Encoding pauses briefly
+        every half millisecond, so a thread waiting for the interpreter (the
+        application's) gets it without waiting for the whole batch; the file is
+        written with one unbuffered write, which releases the interpreter.
         """
         with self._lock:
             if self._file is None:
@@ -102,10 +108,11 @@ class PerfettoSpanExporter(SpanExporter):
                 self._fail("%s belongs to process %d; create one exporter per process", self.path, self._pid)
                 return SpanExportResult.FAILURE
             skipped = self._writer.skipped_spans
+            self._pacer.start()
             try:
                 data = self._writer.encode(spans)
                 if self._writer.skipped_spans > skipped and not skipped:
-                    logger.warning("%s: skipping spans without a start time (counted, not logged again)", self.path)
+                    logger.warning("%s: skipping spans without a start time, or with one outside 0..2**64-1 ns (counted, not logged again)", self.path)
             except Exception:  # a bug here must not reach the application
                 self._writer.rollback()
                 self._fail("cannot encode %d spans for %s", len(spans), self.path, exc_info=True)

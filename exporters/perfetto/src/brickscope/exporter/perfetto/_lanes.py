@@ -38,38 +38,45 @@ everything it forgot (``sealed_until_ns``); older late-comers go to another lane
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
+from typing import Any
 
 _NEG_INF = -(1 << 63)
+#: The latest time a lane can hold (Perfetto timestamps are unsigned 64-bit).
+MAX_TIME_NS = (1 << 64) - 1
 
 
-class _Node:
-    """One slice of non-zero length in a lane's nesting forest."""
-
-    __slots__ = ("start", "end", "batch", "children", "size")
-
-    def __init__(self, start: int, end: int, batch: int = 0) -> None:
-        self.start = start
-        self.end = end
-        self.batch = batch  # the writer's batch it was placed in (rule 4)
-        # Sorted by start, pairwise disjoint; None for a leaf (most nodes: saves a list each).
-        self.children: list[_Node] | None = None
-        self.size = 1  # nodes in this subtree, itself included
-
-
-def _start(node: _Node) -> int:
-    return node.start
+def _no_pause() -> None:
+    """The pace of a caller nobody waits for."""
 
 
 class Lane:
-    """One Perfetto track's set of placed slices, kept as a nesting forest."""
+    """One Perfetto track's set of placed slices, kept as a nesting forest.
 
-    __slots__ = ("_root", "_starts", "sealed_until_ns")
+    The forest is stored in columns indexed by node number (node 0 is the root, which
+    spans all time): start, end, batch and subtree size in unsigned 64-bit arrays (slice
+    times are in ``0 .. 2**64 - 1``, as Perfetto's), each node's children as a tuple of
+    node numbers sorted by start (None for a leaf; the root's, which change most, in a
+    list). Python's cyclic garbage collector does not look inside an array and stops
+    tracking a tuple of ints at its first collection, so the up to ``max_tracked_slices``
+    nodes the writer keeps add a handful of objects to every collection instead of one or
+    two per slice: a full collection traverses every tracked object with the interpreter
+    held, and an object per slice made each one take tens of milliseconds. Numbers of
+    forgotten nodes are reused.
+    """
+
+    __slots__ = ("_start", "_end", "_batch", "_size", "_kids", "_free", "_starts", "sealed_until_ns")
 
     def __init__(self) -> None:
-        self._root = _Node(_NEG_INF, -_NEG_INF)
-        self._root.children = []
-        self._root.size = 0
+        self._start = array("Q", (0,))  # the root's times are never compared
+        self._end = array("Q", (MAX_TIME_NS,))
+        self._batch = array("Q", (0,))  # the writer's batch the node was placed in (rule 4)
+        self._size = array("Q", (0,))  # nodes in the subtree, itself included (the root: 0)
+        # Sorted by start, pairwise disjoint.
+        self._kids: list[Any] = [[]]
+        self._free: list[int] = []  # numbers of forgotten nodes
         # start -> number of non-zero slices starting there (rule 3 is global).
         self._starts: dict[int, int] = {}
         self.sealed_until_ns = _NEG_INF
@@ -77,69 +84,97 @@ class Lane:
     @property
     def size(self) -> int:
         """Slices of non-zero length the lane currently remembers."""
-        return self._root.size
+        return self._size[0]
 
     def try_place(self, start: int, end: int, batch: int = 0) -> bool:
-        """Place ``[start, end]`` of the writer's batch ``batch`` if the rules allow it;
-        returns whether it was placed."""
+        """Place ``[start, end]`` (``0 <= start <= end <= MAX_TIME_NS``) of the writer's
+        batch ``batch`` if the rules allow it; returns whether it was placed."""
         if start == end:
             return True  # zero-length slices never conflict and need no memory
         if start < self.sealed_until_ns:
             return False
         if end in self._starts:
             return False  # rule 3
-        path = [self._root]
-        node = self._root
+        ends, kids = self._end, self._kids
+        key = self._start.__getitem__
+        path = [0]
+        node = 0
         while True:
-            children = node.children
+            children = kids[node]
             if children is None:
-                children = node.children = []
-            i = bisect_right(children, start, key=_start) - 1
-            if i >= 0 and children[i].end > start:
+                children = ()
+            i = bisect_right(children, start, key=key) - 1
+            if i >= 0 and ends[children[i]] > start:
                 child = children[i]
-                if child.end > end or (child.end == end and child.batch == batch):
+                child_end = ends[child]
+                if child_end > end or (child_end == end and self._batch[child] == batch):
                     path.append(child)
                     node = child  # S nests inside this child: descend
                     continue
                 return False  # rule 2 (child starts with S, ends first), rule 1 or rule 4
             lo = i + 1
-            hi = bisect_left(children, end, lo=lo, key=_start)
-            if hi > lo and children[hi - 1].end > end:
+            hi = bisect_left(children, end, lo=lo, key=key)
+            if hi > lo and ends[children[hi - 1]] > end:
                 return False  # rule 1: a child starts inside S and outlives it
-            new = _Node(start, end, batch)
+            new = self._new_node(start, end, batch)
             if hi > lo:
-                new.children = children[lo:hi]
-                new.size = 1 + sum(c.size for c in new.children)
-            children[lo:hi] = [new]
+                adopted = kids[new] = tuple(children[lo:hi])
+                self._size[new] = 1 + sum(map(self._size.__getitem__, adopted))
+            if node:
+                kids[node] = (*children[:lo], new, *children[hi:])
+            else:
+                children[lo:hi] = [new]
             break
+        sizes = self._size
         for ancestor in path:
-            ancestor.size += 1
+            sizes[ancestor] += 1
         self._starts[start] = self._starts.get(start, 0) + 1
         return True
 
-    def shrink(self, keep: int) -> None:
-        """Forget the oldest top-level subtrees until at most ``keep`` slices remain."""
-        children = self._root.children
+    def shrink(self, keep: int, pace: Callable[[], None] = _no_pause) -> None:
+        """Forget the oldest top-level subtrees until at most ``keep`` slices remain,
+        calling ``pace`` after each forgotten slice."""
+        top = self._kids[0]
+        sizes = self._size
         drop = 0
-        while self._root.size > keep and drop < len(children):
-            node = children[drop]
-            self._root.size -= node.size
-            self.sealed_until_ns = max(self.sealed_until_ns, node.end)
-            self._forget_starts(node)
+        while sizes[0] > keep and drop < len(top):
+            node = top[drop]
+            sizes[0] -= sizes[node]
+            self.sealed_until_ns = max(self.sealed_until_ns, self._end[node])
             drop += 1
-        del children[:drop]
+        forgotten = top[:drop]
+        del top[:drop]
+        self._forget(forgotten, pace)
 
-    def _forget_starts(self, node: _Node) -> None:
-        stack = [node]
+    def _new_node(self, start: int, end: int, batch: int) -> int:
+        if self._free:
+            node = self._free.pop()
+            self._start[node], self._end[node], self._batch[node], self._size[node] = start, end, batch, 1
+            return node
+        self._start.append(start)
+        self._end.append(end)
+        self._batch.append(batch)
+        self._size.append(1)
+        self._kids.append(None)
+        return len(self._start) - 1
+
+    def _forget(self, stack: list[int], pace: Callable[[], None]) -> None:
+        """Take the subtrees' starts out of the rule-3 table and free their numbers."""
+        starts, kids = self._starts, self._kids
         while stack:
-            n = stack.pop()
-            left = self._starts[n.start] - 1
+            node = stack.pop()
+            start = self._start[node]
+            left = starts[start] - 1
             if left:
-                self._starts[n.start] = left
+                starts[start] = left
             else:
-                del self._starts[n.start]
-            if n.children:
-                stack.extend(n.children)
+                del starts[start]
+            children = kids[node]
+            if children:
+                stack.extend(children)
+            kids[node] = None
+            self._free.append(node)
+            pace()
 
 
 class LaneSet:
@@ -166,7 +201,7 @@ class LaneSet:
         """Slices remembered across all lanes."""
         return sum(lane.size for lane in self.lanes)
 
-    def shrink(self) -> None:
+    def shrink(self, pace: Callable[[], None] = _no_pause) -> None:
         """Halve what every lane remembers (the writer's memory budget was exceeded)."""
         for lane in self.lanes:
-            lane.shrink(lane.size // 2)
+            lane.shrink(lane.size // 2, pace)

@@ -44,7 +44,7 @@ before its launch begins (impossible but for bad clocks) gets no flow, counted i
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -55,7 +55,7 @@ from brickscope.trace import attributes as A
 
 from ._clocks import clock_readings
 from ._interning import Interner, sanitize
-from ._lanes import LaneSet
+from ._lanes import MAX_TIME_NS, LaneSet
 from ._schema import (
     CLOCK_INCREMENTAL,
     CLOCK_REALTIME,
@@ -164,6 +164,7 @@ class TraceWriter:
         sequence_id: int | None = None,
         max_tracked_slices: int = 200_000,
         max_interned: int = 20_000,
+        pace: Callable[[], None] | None = None,
     ) -> None:
         rng = random.SystemRandom()
         # 2..16383: a two-byte varint; 1 is the tracing service's own sequence.
@@ -175,6 +176,8 @@ class TraceWriter:
         self._next_uuid = 0
         self._next_synthetic = _SYNTHETIC_ID_BASE + rng.randrange(1 << 30)
         self._max_tracked = max_tracked_slices
+        # Called between units of work (a span, a slice, an event): the exporter's pacer.
+        self._pace = pace if pace is not None else _no_pause
         self._interner = Interner(max_interned)
         self._annotations = AnnotationEncoder(self._interner)
         self._correlations: dict[int, int] = {}  # trace id -> interned correlation id
@@ -214,14 +217,17 @@ class TraceWriter:
             self._described.clear()
             out.append(frame(self._reset_packet(first=False).SerializeToString()))
             self._needs_reset = False
+        pace = self._pace
         slices: list[_Slice] = []
         for span in spans:
             self._collect(span, slices)
+            pace()
         slices.sort(key=lambda s: (s.start, -s.end))
         self._batches += 1
         for order, piece in enumerate(slices):
             piece.order = order
             piece.uuid = self._place(piece.track, piece.start, piece.end)
+            pace()
         self._budget()
         # (ts, order, phase, tiebreak, item): at one timestamp, events keep the order
         # their slices were placed in, which is what the lane rules assume, except the
@@ -243,10 +249,12 @@ class TraceWriter:
                     extra += 1
                     events.append((event.timestamp, extra, 0, 0, ("event", where, event)))
                 self._link(piece, mains, events)
+            pace()
         events.sort()
         for piece in slices:
             self._describe(piece.uuid, out)
         for ts, _, phase, _, item in events:
+            pace()
             if self._interner.full:
                 self._clear_interning()
                 out.append(frame(self._reset_packet(first=False).SerializeToString()))
@@ -432,10 +440,10 @@ class TraceWriter:
 
     def _collect(self, span: ReadableSpan, slices: list[_Slice]) -> None:
         start = span.start_time
-        if start is None or span.context is None:
+        if start is None or span.context is None or not 0 <= start <= MAX_TIME_NS:
             self.skipped_spans += 1
             return
-        end = span.end_time if span.end_time is not None and span.end_time >= start else start
+        end = span.end_time if span.end_time is not None and start <= span.end_time <= MAX_TIME_NS else start
         attributes = span.attributes or {}
         process = self._process(span.resource)
         category = _category(span, attributes)
@@ -445,7 +453,7 @@ class TraceWriter:
             main = _Slice(start, end, track, span, True)
             host_start = attributes.get(A.HOST_START_NS)
             host_duration = attributes.get(A.HOST_DURATION_NS)
-            if _is_int(host_start) and _is_int(host_duration) and host_start >= 0:
+            if _is_int(host_start) and _is_int(host_duration) and 0 <= host_start <= MAX_TIME_NS - max(host_duration, 0):
                 launch = _Slice(host_start, host_start + max(host_duration, 0), self._host_track(process, attributes), span, False)
                 launch.category = category
                 if end > host_start:
@@ -483,7 +491,7 @@ class TraceWriter:
     def _budget(self) -> None:
         if sum(t.lanes.size for t in self._tracks) > self._max_tracked:
             for track in self._tracks:
-                track.lanes.shrink()
+                track.lanes.shrink(self._pace)
 
     def _link(self, piece: _Slice, batch: Mapping[int, _Slice], events: list[tuple[int, int, int, int, Any]]) -> None:
         """Flows for span links: the same flow id on the linked span's slice and on this one."""
@@ -668,6 +676,10 @@ def _elide(piece: _Slice, attributes: Mapping[str, Any]) -> tuple[Mapping[str, A
         if bits & bit
     }
     return {k: v for k, v in attributes.items() if k not in dropped}, bits
+
+
+def _no_pause() -> None:
+    """The pace of a writer nobody waits for (offline conversion, merge)."""
 
 
 def _uint(value: int) -> bytes:
