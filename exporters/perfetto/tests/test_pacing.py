@@ -16,7 +16,7 @@ from pftrace_testlib import T0, THREAD, gpu_attributes, make_span
 from brickscope.exporter.perfetto import PerfettoSpanExporter, read_spans
 from brickscope.exporter.perfetto import _writer as writer_module
 from brickscope.exporter.perfetto._lanes import MAX_TIME_NS, LaneSet
-from brickscope.exporter.perfetto._pacing import Pacer
+from brickscope.sdk.pacing import Pacer
 from brickscope.exporter.perfetto._writer import TraceWriter
 from brickscope.trace import attributes as A
 

@@ -27,7 +27,7 @@ from typing import IO, Any, TextIO
 
 from brickscope.exporter.flamegraph import environment_variables as env
 from brickscope.exporter.flamegraph._folded import UNITS, folded_lines, write_folded
-from brickscope.exporter.flamegraph._pacing import Pacer
+from brickscope.sdk.pacing import Pacer
 from brickscope.exporter.flamegraph._speedscope import speedscope_document
 from brickscope.exporter.flamegraph._stacks import DEFAULT_LATE_WINDOW, StackAggregator, Stats
 from brickscope.exporter.flamegraph._weights import Weight
@@ -142,7 +142,7 @@ class FlamegraphSpanExporter(SpanExporter):
         self._last_write = time.monotonic()
         self._lock = threading.Lock()
         # Folding and writing pause every PACE_BUDGET_NS, so the application thread
-        # never waits longer than that for the interpreter (see _pacing).
+        # never waits longer than that for the interpreter (see brickscope.sdk.pacing).
         self._pacer = Pacer()
         self._shutdown = False
         self._dirty = False  # spans folded since the last successful write

@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from brickscope.offline import OutputError, check_output
 
-from ._pacing import Pacer
+from brickscope.sdk.pacing import Pacer
 from ._writer import TraceWriter
 
 logger = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class PerfettoSpanExporter(SpanExporter):
         if max_tracked_slices < 1:
             raise ValueError(f"max_tracked_slices must be at least 1, got {max_tracked_slices}")
         # Encoding pauses every PACE_BUDGET_NS: the application thread never waits
-        # longer than that for the interpreter while a batch is encoded (see _pacing).
+        # longer than that for the interpreter while a batch is encoded (see brickscope.sdk.pacing).
         self._pacer = Pacer()
         self._writer = TraceWriter(max_tracked_slices=max_tracked_slices, pace=self._pacer.tick)
         self._lock = threading.Lock()

@@ -17,6 +17,10 @@ code only after ``sys.getswitchinterval()`` (5 ms by default), every time. A bat
 of 512 spans is 15 to 30 ms of Python in the Perfetto writer, so without pauses a
 step ending during an export waited about 5 ms at each of its waits.
 
+The Perfetto and flamegraph exporters pace their encoding, folding and writing with it;
+an exporter of one's own that does long stretches of Python work on a processor's thread
+can do the same.
+
 ``tick()`` is called between small units of work (a span, a slice, an event, each
 a few microseconds); once ``budget_ns`` have passed since the last pause it
 sleeps ``pause_s``: a real sleep releases the interpreter for long enough that a
