@@ -238,6 +238,7 @@ static int fast_row(Ctx *c, Py_ssize_t row, PyObject *const *head, PyObject *con
         PyObject *code = PyDict_GetItemWithError(g_kind_codes, kind_name);
         if (code == NULL && PyErr_Occurred()) return -1;
         if (code != NULL && code_of(code, &kind) < 0) return -1;
+        if (kind > KIND_KERNEL) return FALLBACK; /* overhead, gc: rare, made by the Python rows */
     }
     /* the operation's key */
     PyObject *category_name = v[K_CATEGORY], *brick_name = Py_None;

@@ -299,8 +299,11 @@ class Recorder(_RecordingBase):
             self._counts["closed_after_shutdown"] += 1
         if action == POLL:
             self.sync(block=False)
-        else:
-            self.sync(block=True, timeout_millis=self.sync_timeout_millis, streams=(rec.stream,))
+        else:  # a brick or layer end of immediate/per_layer waits by design: not counted as overhead
+            self.sync(
+                block=True, timeout_millis=self.sync_timeout_millis, streams=(rec.stream,),
+                overhead=rec.owner._kind == KIND_STEP,
+            )  # fmt: skip
 
     def _poll(self, end: int) -> None:
         """``max_delay_millis`` passed since the last poll: resolve what is complete; with a
