@@ -6,6 +6,7 @@ them. Every figure is computed from the spans the session emitted."""
 from __future__ import annotations
 
 import gc
+import time
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -155,6 +156,33 @@ class TestOverheadSpans:
             bs.configure(provider, clock="host")
         with pytest.raises(TypeError, match="host_intervals"):
             bs.configure(provider, clock="host", host_intervals="yes")
+
+
+class TestStepThreadCpu:
+    def test_a_step_that_sleeps_ran_less_than_its_duration(self, pipeline):
+        """A step that sleeps 50 ms: its thread's CPU time is on the span, and below the step's
+        duration (sleeping takes no CPU; a loaded machine only lengthens the wall time)."""
+        provider, exporter = pipeline
+        session = bs.configure(provider, clock="host", host_intervals=True)
+        for number in range(2):
+            with bs.step(number):
+                with bs.brick("sleep"):
+                    time.sleep(0.05)
+        session.shutdown()
+        steps = named(exporter, "step")
+        assert len(steps) == 2
+        for step in steps:
+            cpu = step.attributes[A.STEP_THREAD_CPU_NS]
+            assert type(cpu) is int and 0 <= cpu < step.attributes[A.HOST_DURATION_NS]
+
+    def test_not_measured_with_host_intervals_off(self, pipeline):
+        provider, exporter = pipeline
+        session = bs.configure(provider, clock="host", host_intervals=False)
+        with bs.step(0):
+            pass
+        session.shutdown()
+        (step,) = named(exporter, "step")
+        assert A.STEP_THREAD_CPU_NS not in step.attributes
 
 
 class TestGcPauses:

@@ -72,6 +72,12 @@ WORK_FLOPS = "brickscope.work.flops"
 WORK_OUTPUT_SHAPE = "brickscope.work.output_shape"
 #: str: element type of that output (``float32``, ``bfloat16``, ``int8``...). ``dtype="bfloat16"``.
 WORK_DTYPE = "brickscope.work.dtype"
+#: int: CPU time the step's thread spent from the step's start to its end, ns
+#: (``time.thread_time_ns``): against the step's host duration, how much of the step
+#: its thread ran (the rest it waited: the GIL, I/O, the GPU, the OS scheduler). On the
+#: step spans of sampled outermost steps that ended on the thread that opened them, when
+#: host intervals are on.
+STEP_THREAD_CPU_NS = "brickscope.step.thread_cpu_ns"
 #: int: tokens the step produced or consumed, for tokens/s. Step spans: ``bs.step(n, tokens=k)``.
 STEP_TOKENS = "brickscope.step.tokens"
 #: The short keyword each of the above may be given as: a scope's extra keyword arguments

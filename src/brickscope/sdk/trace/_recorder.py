@@ -26,18 +26,19 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.trace import SpanKind
 
-from brickscope import _otel_context, _record
+from brickscope import _otel_context, _record, _scope_data
 from brickscope._clock import perf_counter_ns
 from brickscope._record import KIND_BRICK, KIND_STEP, Record
 from brickscope.sdk.trace._counters import Counters
 from brickscope.sdk._otel_internals import static_root_decision
-from brickscope.trace.attributes import CLOCK_CUDA, CLOCK_HOST
+from brickscope.trace.attributes import CLOCK_CUDA, CLOCK_HOST, STEP_THREAD_CPU_NS
 
 _SCOPE_SPAN = _otel_context.ScopeSpan(_record.TOP.get)
 # Bound once: each saves an attribute lookup or two per scope on the hot path.
 _top, _set_top = _record.TOP.get, _record.TOP.set
 _current_context, _with_span, _attach = _otel_context.current, _otel_context.with_span, _otel_context.attach
 _get_ident = threading.get_ident
+_thread_time_ns = time.thread_time_ns
 _new_record = object.__new__
 _hotpath = _record.hotpath
 _NEVER = 1 << 62  # a perf_counter_ns no poll is due before
@@ -229,6 +230,9 @@ class Recorder(_RecordingBase):
         #: Folds an unsampled brick into the metrics where it ends (``_unsampled``); set on
         #: the host clock, where nothing is left to resolve. None: it waits to be resolved.
         self.fold_closed: Callable[[Record], None] | None = None
+        #: Thread CPU time at the open of each sampled outermost step still open, for its
+        #: ``brickscope.step.thread_cpu_ns``; None: not measured (host intervals off).
+        self.step_cpu: dict[Record, int] | None = None
 
     # --- the parts of open/close both implementations share (rare or policy-laden) -------
 
@@ -247,6 +251,8 @@ class Recorder(_RecordingBase):
             rec.sampled = self._sample_root(trace_id, owner._name)
         if owner._kind == KIND_STEP and self._step_sampling is not None and rec.sampled:
             rec.sampled = self._step_sampling.samples(owner._index)
+        if owner._kind == KIND_STEP and rec.sampled and self.step_cpu is not None:
+            self.step_cpu[rec] = _thread_time_ns()
         rec.otel_parent = span_context
         rec.parent = None
         if self.propagate_context and owner._propagates:
@@ -288,7 +294,12 @@ class Recorder(_RecordingBase):
             rec.gpu_error = getattr(exc, "code_name", type(exc).__name__)
 
     def _act(self, rec: Record, action: int) -> None:
-        """What closing ``rec`` triggers by the sync policy (``CLOSE_ACTIONS``)."""
+        """What closing ``rec`` triggers by the sync policy (``CLOSE_ACTIONS``). A step's
+        thread CPU time goes on its span first (every step end acts)."""
+        if self.step_cpu is not None and rec.owner._kind == KIND_STEP:
+            start = self.step_cpu.pop(rec, None)
+            if start is not None and rec.thread_id == _get_ident():
+                _scope_data.set_attribute(rec, STEP_THREAD_CPU_NS, _thread_time_ns() - start)
         if action == WAKE:
             # Nothing pending (an unsampled step on the host clock, folded as it ended): no
             # wake-up. A metric collection takes the folded sums itself.
@@ -402,6 +413,8 @@ class Recorder(_RecordingBase):
         """In a forked child: drop the parent's pending scopes and its CUDA state (CUDA
         does not survive fork); the child times on the host clock."""
         self.pending = deque()
+        if self.step_cpu is not None:
+            self.step_cpu = {}
         if self.timer is not None:
             self.timer = None
             self.clock = CLOCK_HOST

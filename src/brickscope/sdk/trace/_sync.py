@@ -160,6 +160,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         )
         if self.gc_pauses is not None:
             self.gc_pauses.install()
+            self.recorder.step_cpu = {}
         self._shutdown = False
         self._worker: ResolverThread | None = None
         if resolver == "thread":
