@@ -215,7 +215,7 @@ class _Writer:
         )
         if not report.stalls:
             return lines + self.note("none")
-        rows = [
+        rows: list[tuple[str, ...]] = [
             (
                 self.name(s.instance.name),
                 s.instance.kind,

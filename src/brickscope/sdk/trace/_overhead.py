@@ -79,11 +79,12 @@ class HostIntervals:
             enclosing = enclosing.link
         if enclosing is not None:
             enclosing.nested_ns += duration
-        parent = trace.get_current_span().get_span_context()
-        if parent.is_valid:
-            if not parent.trace_flags.sampled:
+        current = trace.get_current_span().get_span_context()
+        parent: SpanContext | None = current
+        if current.is_valid:
+            if not current.trace_flags.sampled:
                 return None
-            trace_id = parent.trace_id
+            trace_id = current.trace_id
         else:
             parent, trace_id = None, self._id_generator.generate_trace_id()
         extra: dict[str, Any] = {OVERHEAD_SPANS: spans}
@@ -97,7 +98,7 @@ class HostIntervals:
         span_id = _otel_context.assign_span_id(scope, self._id_generator)
         parent = _otel_context.sampled_context(scope.trace_id, span_id)
         extra: dict[str, Any] = {GC_GENERATION: generation, GC_COLLECTED: collected}
-        step = scope
+        step: Record | None = scope
         while step is not None and step.owner._kind != KIND_STEP:
             step = step.link
         if step is not None:
@@ -153,10 +154,12 @@ class GcPauses:
         self._scope: Record | None = None
 
     def install(self) -> None:
+        """Start watching: the callback joins ``gc.callbacks`` (once)."""
         if self._callback not in gc.callbacks:
             gc.callbacks.append(self._callback)
 
     def remove(self) -> None:
+        """Stop watching (shutdown); what is queued stays for the last sync point."""
         try:
             gc.callbacks.remove(self._callback)
         except ValueError:

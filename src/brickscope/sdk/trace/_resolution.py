@@ -97,26 +97,28 @@ class Resolver:
                     self._counts[key] += _thread_time_ns() - cpu_start
                     emitted = self._counts["spans_emitted"] - emitted
                     if emitted and overhead and not on_worker and self._intervals is not None:
-                        self._emit_overhead(start, emitted)
+                        self._emit_overhead(self._intervals, start, emitted)
         except Exception:  # never into user code
             self._counters.log_once("sync", "brickscope: resolving pending scopes failed")
             return False
 
-    def _emit_overhead(self, start: int, spans: int) -> None:
+    def _emit_overhead(self, intervals: HostIntervals, start: int, spans: int) -> None:
         """This sync point on the application thread as an overhead span (not itself measured)."""
         end = perf_counter_ns()
         self._counts["overhead_ns_app"] += end - start
-        built = self._intervals.overhead(start, end, spans, self._last_step)
+        built = intervals.overhead(start, end, spans, self._last_step)
         if built is not None:
             span, attributes, row = built
             self._downstream.emit_batch([span], [attributes], [row], self._downstream.processors())
             self._counts["overhead_spans"] += 1
 
-    def _gc_spans(self, spans: list, attributes: list, rows: list, processors: tuple) -> None:
+    def _gc_spans(
+        self, pauses: GcPauses, intervals: HostIntervals, spans: list, attributes: list, rows: list, processors: tuple
+    ) -> None:
         """The GC pauses queued since the last sync point, as gc spans in the batch."""
-        for pause in self._gc_pauses.take():
+        for pause in pauses.take():
             try:
-                span, attrs, row = self._intervals.gc_pause(pause)
+                span, attrs, row = intervals.gc_pause(pause)
             except Exception:
                 self._build_failed(processors)
                 continue
@@ -211,8 +213,8 @@ class Resolver:
         attributes: list[Any] = []
         rows: list[Any] = []
         drain = self._builder.drain
-        if self._gc_pauses is not None:
-            self._gc_spans(spans, attributes, rows, processors)
+        if self._gc_pauses is not None and self._intervals is not None:
+            self._gc_spans(self._gc_pauses, self._intervals, spans, attributes, rows, processors)
         try:
             while pending:
                 if drain is not None:  # the common records, in C, up to a batch
