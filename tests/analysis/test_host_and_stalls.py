@@ -87,6 +87,15 @@ class TestOverheadIsNotTheParents:
         ]
         assert _self_of(_table(spans, backend), "layer") == [80 * US]
 
+    def test_a_gpu_timed_parent_keeps_its_gpu_interval(self, backend):
+        """A step timed by the extent of its GPU work [0,500) with a poll's overhead [100,150)
+        inside on the host clock: GPU time has no host work in it; self stays 500."""
+        spans = [
+            span(1, "step", "step", 0, 500, R0, step=0, **{A.CLOCK: "cuda", A.THREAD_ID: APP}),
+            span(2, A.OVERHEAD_SPAN_NAME, "overhead", 100, 150, R0, parent=1, step=0, **_host()),
+        ]
+        assert _self_of(_table(spans, backend), "step") == [500 * US]
+
     def test_throughput_is_over_the_wall_time_including_resolution(self, backend):
         report = analyse(_table(quickstart_trace(), backend))
         steps = report.throughput.steps

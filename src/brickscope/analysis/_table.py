@@ -558,7 +558,8 @@ def _exclude_overhead(be: Any, columns: dict[str, Any], rows: int) -> None:
     """brickscope's own work is not its parent's: each overhead span's interval, clipped to
     its parent's, comes off that parent's self time (never below 0). A brick parent is left
     as it is: brickscope credited the interval to it like a nested brick when it recorded it,
-    so its ``brickscope.brick.self_duration_ns`` already leaves it out."""
+    so its ``brickscope.brick.self_duration_ns`` already leaves it out; so is a GPU-timed
+    parent, whose interval is GPU time the host's work is no part of."""
     overhead = be.mask_in(columns["kind"], (KIND_OVERHEAD,))
     if not be.count_true(overhead):
         return
@@ -567,6 +568,8 @@ def _exclude_overhead(be: Any, columns: dict[str, Any], rows: int) -> None:
     deduct: dict[int, int] = {}
     for parent, start, end in zip(parents, starts, ends):
         if parent < 0 or be.item(columns["kind"], parent) == KIND_BRICK:
+            continue
+        if be.item(columns["clock"], parent) != CLOCK_HOST_CODE:  # a GPU interval: host work is not in it
             continue
         inside = min(end, be.item(columns["end"], parent)) - max(start, be.item(columns["start"], parent))
         if inside > 0:
@@ -690,7 +693,7 @@ def _names(value: Any) -> tuple[str, ...]:
 #: The C row maker (``brickscope._tablerows``), or None: :meth:`TableBuilder._row` and
 #: :meth:`TableBuilder._store` make every row (the reference; see ``brickscope.native``).
 #: The ``ABI_VERSION`` of ``brickscope._tablerows`` this code was written for.
-_TABLEROWS_ABI = 1
+_TABLEROWS_ABI = 2
 _fast = native.load("brickscope._tablerows", abi=_TABLEROWS_ABI)
 
 

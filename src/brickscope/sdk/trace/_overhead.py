@@ -4,12 +4,13 @@
 Two kinds of span, built here so that a trace shows where the application thread's time
 went besides the scopes it marked (``docs/semantic-conventions.md``, "Overhead and GC"):
 
-- ``overhead`` (:meth:`HostIntervals.overhead`): one span per sync point that resolved
-  something on an application thread: from entering the sync (its lock wait included) to
-  the last span handed to the processors (inline exports included). A child of the span it
-  ran in; the nearest enclosing brick on the scope stack is credited with it like a nested
-  brick, so brick self times and metrics leave it out. Building and emitting this one span
-  is not itself measured.
+- ``overhead`` (:meth:`HostIntervals.record_overhead`): one span per sync point that
+  resolved something on an application thread: from entering the sync (its lock wait
+  included) to the last span handed to the processors (inline exports included). A child
+  of the span it ran in; the nearest enclosing brick on the scope stack is credited with it
+  like a nested brick, so brick self times and metrics leave it out. Queued, and built and
+  emitted at the head of the next sync point's batch: it costs no batch of its own and is
+  not itself measured.
 - ``gc`` (:class:`GcPauses`): a Python collection that ran while the collecting thread
   had an open, sampled scope; queued by ``gc.callbacks`` (two list operations a
   collection) and built at the next sync point, a child of that scope.
@@ -17,7 +18,8 @@ went besides the scopes it marked (``docs/semantic-conventions.md``, "Overhead a
 Example::
 
     intervals = HostIntervals(provider, recorder)
-    built = intervals.overhead(start_ns, end_ns, spans=128, step=3)   # (span, attributes, row) or None
+    intervals.record_overhead(start_ns, end_ns, spans=128, step=3)   # at the end of a sync point
+    built = [intervals.overhead_span(i) for i in intervals.take_overhead()]   # at the next one
 """
 
 from __future__ import annotations
@@ -65,11 +67,12 @@ class HostIntervals:
         self._provider = tracer_provider
         self._recorder = recorder
         self._id_generator = tracer_provider.id_generator
+        self._overhead: list[tuple[int, int, int, int | None, SpanContext | None, int]] = []
 
-    def overhead(self, start: int, end: int, spans: int, step: int | None) -> tuple[ReadableSpan, dict, tuple] | None:
-        """The span of a sync point on this thread, ``start``/``end`` on ``perf_counter_ns``;
-        ``spans`` it resolved, ``step`` the step number of the last of them. None when the
-        span it ran in is not sampled.
+    def record_overhead(self, start: int, end: int, spans: int, step: int | None) -> bool:
+        """Queue a sync point of this thread (``start``/``end`` on ``perf_counter_ns``; ``spans``
+        it resolved, ``step`` the step number of the last of them) for :meth:`take_overhead`,
+        with the span it ran in as parent. False when that span is not sampled (nothing queued).
 
         Credits the nearest enclosing brick on the scope stack with the interval, so that
         brick's self time leaves it out (as for a nested brick)."""
@@ -80,17 +83,26 @@ class HostIntervals:
         if enclosing is not None:
             enclosing.nested_ns += duration
         current = trace.get_current_span().get_span_context()
-        parent: SpanContext | None = current
-        if current.is_valid:
-            if not current.trace_flags.sampled:
-                return None
-            trace_id = current.trace_id
-        else:
-            parent, trace_id = None, self._id_generator.generate_trace_id()
+        if current.is_valid and not current.trace_flags.sampled:
+            return False
+        self._overhead.append((start, end, spans, step, current if current.is_valid else None, _get_ident()))
+        return True
+
+    def take_overhead(self) -> list[tuple[int, int, int, int | None, SpanContext | None, int]]:
+        """The overhead intervals queued since the last call, oldest first."""
+        queued, self._overhead = self._overhead, []
+        return queued
+
+    def overhead_span(
+        self, interval: tuple[int, int, int, int | None, SpanContext | None, int]
+    ) -> tuple[ReadableSpan, dict, tuple]:
+        """The span of a queued overhead interval (a root span when it ran outside any)."""
+        start, end, spans, step, parent, thread_id = interval
+        trace_id = parent.trace_id if parent is not None else self._id_generator.generate_trace_id()
         extra: dict[str, Any] = {OVERHEAD_SPANS: spans}
         if step is not None:
             extra[STEP_NUMBER] = step
-        return self._build(OVERHEAD_SPAN_NAME, SCOPE_KIND_OVERHEAD, start, duration, trace_id, parent, _get_ident(), extra)
+        return self._build(OVERHEAD_SPAN_NAME, SCOPE_KIND_OVERHEAD, start, end - start, trace_id, parent, thread_id, extra)
 
     def gc_pause(self, pause: tuple[int, int, Record, int, int, int]) -> tuple[ReadableSpan, dict, tuple]:
         """The span of a queued GC pause (see :class:`GcPauses`), a child of its scope."""

@@ -57,6 +57,8 @@ class Resolver:
         self._gc_pauses = gc_pauses
         #: The step number on the last span emitted (an overhead span's step).
         self._last_step: int | None = None
+        #: Spans emitted from records (not counting overhead and gc spans), in all.
+        self._resolved = 0
         self._unsampled = unsampled
         #: A non-blocking sync with nothing pending hands unsampled sums over at most this
         #: often (a step end need not: the metrics are read once per collection).
@@ -88,43 +90,46 @@ class Resolver:
         try:
             with self.lock:
                 cpu_start = _thread_time_ns()
-                emitted = self._counts["spans_emitted"]
+                resolved = self._resolved
                 try:
                     return self._sync(block, timeout_millis, streams)
                 finally:  # self-telemetry: what resolving cost, on which thread
                     on_worker = _get_ident() == self.worker_ident
                     key = "resolution_cpu_ns_worker" if on_worker else "resolution_cpu_ns_app"
                     self._counts[key] += _thread_time_ns() - cpu_start
-                    emitted = self._counts["spans_emitted"] - emitted
-                    if emitted and overhead and not on_worker and self._intervals is not None:
-                        self._emit_overhead(self._intervals, start, emitted)
+                    resolved = self._resolved - resolved
+                    if resolved and overhead and not on_worker and self._intervals is not None:
+                        self._record_overhead(self._intervals, start, resolved)
         except Exception:  # never into user code
             self._counters.log_once("sync", "brickscope: resolving pending scopes failed")
             return False
 
-    def _emit_overhead(self, intervals: HostIntervals, start: int, spans: int) -> None:
-        """This sync point on the application thread as an overhead span (not itself measured)."""
+    def _record_overhead(self, intervals: HostIntervals, start: int, spans: int) -> None:
+        """This sync point on the application thread, queued as an overhead interval; its span
+        goes out with the next sync point's batch (so it costs no batch of its own, and is
+        not itself measured)."""
         end = perf_counter_ns()
         self._counts["overhead_ns_app"] += end - start
-        built = intervals.overhead(start, end, spans, self._last_step)
-        if built is not None:
-            span, attributes, row = built
-            self._downstream.emit_batch([span], [attributes], [row], self._downstream.processors())
+        if intervals.record_overhead(start, end, spans, self._last_step):
             self._counts["overhead_spans"] += 1
 
-    def _gc_spans(
-        self, pauses: GcPauses, intervals: HostIntervals, spans: list, attributes: list, rows: list, processors: tuple
-    ) -> None:
-        """The GC pauses queued since the last sync point, as gc spans in the batch."""
-        for pause in pauses.take():
-            try:
-                span, attrs, row = intervals.gc_pause(pause)
-            except Exception:
-                self._build_failed(processors)
-                continue
-            spans.append(span)
-            attributes.append(attrs)
-            rows.append(row)
+    def _host_spans(self, intervals: HostIntervals, spans: list, attributes: list, rows: list, processors: tuple) -> int:
+        """The overhead intervals and GC pauses queued since the last sync point, as spans at
+        the head of this batch. Returns how many."""
+        pauses = self._gc_pauses.take() if self._gc_pauses is not None else []
+        added = 0
+        for build, queued in ((intervals.overhead_span, intervals.take_overhead()), (intervals.gc_pause, pauses)):
+            for item in queued:
+                try:
+                    span, attrs, row = build(item)
+                except Exception:
+                    self._build_failed(processors)
+                    continue
+                spans.append(span)
+                attributes.append(attrs)
+                rows.append(row)
+                added += 1
+        return added
 
     def _sync(self, block: bool, timeout_millis: float | None, streams: tuple) -> bool:
         self._counts["syncs"] += 1
@@ -213,8 +218,7 @@ class Resolver:
         attributes: list[Any] = []
         rows: list[Any] = []
         drain = self._builder.drain
-        if self._gc_pauses is not None and self._intervals is not None:
-            self._gc_spans(self._gc_pauses, self._intervals, spans, attributes, rows, processors)
+        host = 0 if self._intervals is None else self._host_spans(self._intervals, spans, attributes, rows, processors)
         try:
             while pending:
                 if drain is not None:  # the common records, in C, up to a batch
@@ -254,6 +258,7 @@ class Resolver:
                 emit_batch(spans, attributes, rows, processors)
                 emitted += len(spans)
             self._counts["spans_emitted"] += emitted
+            self._resolved += emitted - host
             self._flush_unsampled(processors)
 
     def _gpu_ready(self, timer: Any, rec: Record, block: bool, deadline: float | None) -> bool:
