@@ -139,6 +139,9 @@ def stall_trace():
     overhead [7900,8100) (100 us of it), a ``loader`` span of another thread [5000,6700)
     (700 us), and the stall's own step (same thread: not listed).
 
+    Each lm_head holds a kernel ``lm_gemv`` of the same interval: the seventh is a stall of
+    its operation too, counted in its table row, but listed with its brick, not again.
+
     ``jittery``: 7 instances [10,20,100,1000,1000,1000,5200]: median 1000, deviations
     sorted [0,0,0,900,980,990,4200], MAD 900: threshold max(5000, 1000 + 4500) = 5500, so
     5200 (over 5x the median) is not a stall: the spread says it is ordinary.
@@ -151,6 +154,7 @@ def stall_trace():
         end = start + (2000 if i == 6 else 100)
         spans.append(span(100 + i, "step", "step", start, end + 1, R0, step=i, **host))
         spans.append(span(200 + i, "lm_head", "brick", start, end, R0, parent=100 + i, step=i, category="head", **host))
+        spans.append(span(600 + i, "lm_gemv", "kernel", start, end, R0, parent=200 + i, step=i, brick="lm_head", **host))
     for i, value in enumerate((10, 20, 100, 1000, 1000, 1000, 5200)):
         start = 20_000 + i * 10_000
         spans.append(span(300 + i, "jittery", "brick", start, start + value, R0, category="head", **host))
@@ -183,6 +187,8 @@ class TestStalls:
         (lm_head,) = [s for s in report.operations if s.name == "lm_head"]
         assert (lm_head.self_ns, lm_head.stalls, lm_head.stall_ns) == (2900 * US, 1, 2000 * US)
         assert lm_head.stall_share == pytest.approx(2000 / 2900)
+        (kernel,) = [s for s in report.operations if s.name == "lm_gemv"]
+        assert (kernel.kind, kernel.stalls, kernel.stall_ns) == ("kernel", 1, 2000 * US)
         for name in ("jittery", "rare"):
             (stats,) = [s for s in report.operations if s.name == name]
             assert (stats.stalls, stats.stall_ns, stats.stall_share) == (0, 0, 0.0)

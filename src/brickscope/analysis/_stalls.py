@@ -27,7 +27,8 @@ OTHER_THREADS_LISTED = 3
 def stalls(table: Table, found: Found, top: int) -> tuple[Stall, ...]:
     """The ``top`` stalls that cost most over their median (ties: earlier first), each with
     what overlapped it on its rank: GC pauses and brickscope's own work on any thread, and
-    host-clock spans of other threads."""
+    host-clock spans of other threads. A stall whose parent is a stall too (a kernel in its
+    stalled brick) is not listed on its own: it is the same time."""
     be = found.work.backend
     work = found.work
     codes, self_ns = be.take(work["op"], found.rows), be.take(work["self"], found.rows)
@@ -35,6 +36,10 @@ def stalls(table: Table, found: Found, top: int) -> tuple[Stall, ...]:
     order = sorted(
         range(len(found.rows)), key=lambda i: (-(self_ns[i] - found.medians[codes[i]]), starts[i], found.rows[i])
     )
+    stalled = set(found.rows)
+    parents = be.take(work["parent"], found.rows)
+    # a stall inside a stalled span (a kernel in its brick) is that span's: listed once
+    order = [i for i in order if parents[i] not in stalled]
     out = []
     for i in order[:top]:
         row, median = found.rows[i], found.medians[codes[i]]
