@@ -26,12 +26,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.trace import SpanKind
 
-from brickscope import _otel_context, _record, _scope_data
+from brickscope import _otel_context, _record
 from brickscope._clock import perf_counter_ns
 from brickscope._record import KIND_BRICK, KIND_STEP, Record
 from brickscope.sdk.trace._counters import Counters
 from brickscope.sdk._otel_internals import static_root_decision
-from brickscope.trace.attributes import CLOCK_CUDA, CLOCK_HOST, STEP_THREAD_CPU_NS
+from brickscope.trace.attributes import CLOCK_CUDA, CLOCK_HOST
 
 _SCOPE_SPAN = _otel_context.ScopeSpan(_record.TOP.get)
 # Bound once: each saves an attribute lookup or two per scope on the hot path.
@@ -230,9 +230,12 @@ class Recorder(_RecordingBase):
         #: Folds an unsampled brick into the metrics where it ends (``_unsampled``); set on
         #: the host clock, where nothing is left to resolve. None: it waits to be resolved.
         self.fold_closed: Callable[[Record], None] | None = None
-        #: Thread CPU time at the open of each sampled outermost step still open, for its
-        #: ``brickscope.step.thread_cpu_ns``; None: not measured (host intervals off).
+        #: Thread CPU time at the open of each sampled outermost step still open; None: not
+        #: measured (host intervals off). At its end, the CPU time it took goes to
+        #: :attr:`step_cpu_done` by (thread id, host start), for its span's
+        #: ``brickscope.step.thread_cpu_ns`` (the resolver puts it there).
         self.step_cpu: dict[Record, int] | None = None
+        self.step_cpu_done: dict[tuple[int, int], int] = {}
 
     # --- the parts of open/close both implementations share (rare or policy-laden) -------
 
@@ -299,7 +302,7 @@ class Recorder(_RecordingBase):
         if self.step_cpu is not None and rec.owner._kind == KIND_STEP:
             start = self.step_cpu.pop(rec, None)
             if start is not None and rec.thread_id == _get_ident():
-                _scope_data.set_attribute(rec, STEP_THREAD_CPU_NS, _thread_time_ns() - start)
+                self.step_cpu_done[(rec.thread_id, rec.host_start)] = _thread_time_ns() - start
         if action == WAKE:
             # Nothing pending (an unsampled step on the host clock, folded as it ended): no
             # wake-up. A metric collection takes the folded sums itself.
@@ -414,7 +417,7 @@ class Recorder(_RecordingBase):
         does not survive fork); the child times on the host clock."""
         self.pending = deque()
         if self.step_cpu is not None:
-            self.step_cpu = {}
+            self.step_cpu, self.step_cpu_done = {}, {}
         if self.timer is not None:
             self.timer = None
             self.clock = CLOCK_HOST

@@ -22,14 +22,21 @@ from time import thread_time_ns as _thread_time_ns
 from typing import Any
 
 from brickscope._record import Record
-from brickscope._clock import perf_counter_ns
+from brickscope._clock import EPOCH_OFFSET_NS, perf_counter_ns
 from brickscope.sdk.trace._counters import Counters
 from brickscope.sdk.trace._overhead import GcPauses, HostIntervals
 from brickscope.sdk.trace._recorder import Recorder
 from brickscope.sdk.trace._sdk import BATCH, SIMPLE, Downstream
 from brickscope.sdk.trace._spans import SpanBuilder
 from brickscope.sdk.trace._unsampled import UnsampledBricks
-from brickscope.trace.attributes import STEP_NUMBER
+from brickscope.trace.attributes import (
+    HOST_START_NS,
+    SCOPE_KIND,
+    SCOPE_KIND_STEP,
+    STEP_NUMBER,
+    STEP_THREAD_CPU_NS,
+    THREAD_ID,
+)
 
 _get_ident = threading.get_ident
 _PACE_EVERY = 128  # spans emitted between looks at the downstream queues
@@ -244,6 +251,8 @@ class Resolver:
                     attributes.append(attrs)
                     rows.append(row)
                 if len(spans) >= _PACE_EVERY:
+                    if self._recorder.step_cpu_done:
+                        self._add_step_cpu(attributes)
                     self._last_step = attributes[-1].get(STEP_NUMBER)
                     emit_batch(spans, attributes, rows, processors)
                     emitted += len(spans)
@@ -254,12 +263,26 @@ class Resolver:
             return True
         finally:
             if spans:  # the last batch, also when the GPU is not done with what follows
+                if self._recorder.step_cpu_done:
+                    self._add_step_cpu(attributes)
                 self._last_step = attributes[-1].get(STEP_NUMBER)
                 emit_batch(spans, attributes, rows, processors)
                 emitted += len(spans)
             self._counts["spans_emitted"] += emitted
             self._resolved += emitted - host
             self._flush_unsampled(processors)
+
+    def _add_step_cpu(self, attributes: list[dict[str, Any]]) -> None:
+        """Put each ended step's thread CPU time on its span in this batch, before any
+        processor sees it (a step is last among its scopes: looked for from the end)."""
+        done = self._recorder.step_cpu_done
+        for attrs in reversed(attributes):
+            if attrs.get(SCOPE_KIND) == SCOPE_KIND_STEP:
+                cpu = done.pop((attrs.get(THREAD_ID), attrs.get(HOST_START_NS, 0) - EPOCH_OFFSET_NS), None)
+                if cpu is not None:
+                    attrs[STEP_THREAD_CPU_NS] = cpu
+                    if not done:
+                        return
 
     def _gpu_ready(self, timer: Any, rec: Record, block: bool, deadline: float | None) -> bool:
         """Whether rec's end event has completed; waits when blocking. GPU faults mark the record."""
