@@ -21,8 +21,8 @@ import time
 from time import thread_time_ns as _thread_time_ns
 from typing import Any
 
-from brickscope._record import Record
 from brickscope._clock import EPOCH_OFFSET_NS, perf_counter_ns
+from brickscope._record import Record
 from brickscope.sdk.trace._counters import Counters
 from brickscope.sdk.trace._overhead import GcPauses, HostIntervals
 from brickscope.sdk.trace._recorder import Recorder
