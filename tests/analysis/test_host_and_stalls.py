@@ -109,6 +109,9 @@ class TestOverheadIsNotTheParents:
         assert (host.wall_ns, host.steps, host.brickscope_count, host.brickscope_ns) == (700 * US, True, 2, 100 * US)
         assert host.brickscope_share == pytest.approx(100 / 700)
         assert (host.brickscope_outside_ns, host.gc_count, host.gc_ns) == (0, 0, 0)
+        assert "brickscope 0.100 ms in 2 sync points, 14.3% of 0.700 ms step wall time; no GC pause inside a scope" in render(
+            analyse(_table(quickstart_trace(), backend))
+        )
 
     def test_without_overhead_or_gc_spans_the_section_says_so(self, backend):
         spans = [s for s in quickstart_trace() if s.attributes[A.SCOPE_KIND] != "overhead"]

@@ -245,10 +245,14 @@ class _Writer:
                 "no overhead or gc spans in the trace (host_intervals off, the resolver thread, or an older brickscope)"
             )
         wall = "step wall time" if host.steps else "the trace's extent"
+        gc = (
+            f"GC {_ms(host.gc_ns)} ms in {host.gc_count} pause{'s' if host.gc_count > 1 else ''}, {_share(host.gc_share)}"
+            if host.gc_count
+            else "no GC pause inside a scope"
+        )
         text = (
             f"brickscope {_ms(host.brickscope_ns)} ms in {host.brickscope_count} sync points,"
-            f" {_share(host.brickscope_share)} of {_ms(host.wall_ns)} ms {wall};"
-            f" GC {_ms(host.gc_ns)} ms in {host.gc_count} pauses, {_share(host.gc_share)}"
+            f" {_share(host.brickscope_share)} of {_ms(host.wall_ns)} ms {wall}; {gc}"
         )
         lines += self.note(text)
         if host.brickscope_outside_ns:
