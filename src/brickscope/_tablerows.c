@@ -34,7 +34,7 @@
 /* The version of what this module expects from analysis/_table.py (setup's fields, the key
  * and column tables): _table.py states the one it was written for, and brickscope.native.load
  * refuses another. Raise it with any such change. */
-#define TABLEROWS_ABI_VERSION 1
+#define TABLEROWS_ABI_VERSION 2
 
 #define N_TILES 9
 
@@ -84,7 +84,7 @@ static const char *const column_names[C_TILES] = {
 };
 static const char *const tile_keys[3] = {"TILE_COUNT", "TILE_DURATION_NS", "TILE_ELEMENTS"};
 static const char *const tile_columns[3] = {"_count", "_ns", "_elements"};
-enum { KIND_OTHER, KIND_STEP, KIND_LAYER, KIND_BRICK, KIND_KERNEL };
+enum { KIND_OTHER, KIND_STEP, KIND_LAYER, KIND_BRICK, KIND_KERNEL, KIND_OVERHEAD, KIND_GC, N_KINDS };
 
 #define FALLBACK 1 /* not the common case: the builder's Python _row makes this row */
 
@@ -92,7 +92,7 @@ static PyObject *g_keys[N_KEYS];
 static PyObject *g_kind_codes, *g_cuda, *g_gpu, *g_hash, *g_clean;
 static PyObject *g_key_index; /* key -> its index in g_keys (NULL if a key repeats) */
 static char g_typecodes[N_COLUMNS];
-static PyObject *g_kinds[5]; /* the ints 0..4 */
+static PyObject *g_kinds[N_KINDS]; /* the ints 0..N_KINDS-1 */
 static PyObject *g_zero, *g_empty, *g_other;
 static PyObject *s_op_codes, *s_category_codes, *s_resources, *s_lanes, *s_row, *s_launch_code, *s_get;
 
@@ -238,6 +238,7 @@ static int fast_row(Ctx *c, Py_ssize_t row, PyObject *const *head, PyObject *con
         PyObject *code = PyDict_GetItemWithError(g_kind_codes, kind_name);
         if (code == NULL && PyErr_Occurred()) return -1;
         if (code != NULL && code_of(code, &kind) < 0) return -1;
+        if (kind < 0 || kind >= N_KINDS) return FALLBACK; /* a kind this build does not know */
     }
     /* the operation's key */
     PyObject *category_name = v[K_CATEGORY], *brick_name = Py_None;
@@ -662,7 +663,7 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "brickscope._tabl
                                         "C accelerator of the analysis table's row making.", -1, methods};
 
 PyMODINIT_FUNC PyInit__tablerows(void) {
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < N_KINDS; i++) {
         g_kinds[i] = PyLong_FromLong(i);
         if (g_kinds[i] == NULL) return NULL;
     }

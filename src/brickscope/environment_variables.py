@@ -35,3 +35,8 @@ BRICKSCOPE_RESOLVER = "BRICKSCOPE_RESOLVER"
 #: ``all`` (every brick; aggregated by brickscope, ~0.8 us each) or ``off``. Exact count, self time and elements
 #: of every brick are counted either way.
 BRICKSCOPE_DURATION_HISTOGRAM = "BRICKSCOPE_DURATION_HISTOGRAM"
+
+#: ``false`` turns off the ``overhead`` spans of brickscope's own work on application threads
+#: and the ``gc`` spans of garbage-collection pauses inside scopes
+#: (``configure(host_intervals=...)``; default true).
+BRICKSCOPE_HOST_INTERVALS = "BRICKSCOPE_HOST_INTERVALS"

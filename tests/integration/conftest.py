@@ -56,10 +56,12 @@ harness = _load("harness", HERE / "harness.py")
 
 @pytest.fixture(autouse=True)
 def _clean_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """In-process tests see none of the runner's OTEL_*, BRICKSCOPE_*, launcher or TRACEPARENT variables."""
+    """In-process tests see none of the runner's OTEL_*, BRICKSCOPE_*, launcher or TRACEPARENT variables;
+    overhead and gc spans are off, as for the apps (harness.FAST_EXPORT)."""
     for key in list(os.environ):
         if harness.leaky(key):
             monkeypatch.delenv(key)
+    monkeypatch.setenv("BRICKSCOPE_HOST_INTERVALS", harness.FAST_EXPORT["BRICKSCOPE_HOST_INTERVALS"])
 
 
 @pytest.fixture

@@ -33,6 +33,8 @@ FAST_EXPORT = {
     "OTEL_METRIC_EXPORT_INTERVAL": "300",
     "OTEL_LOGS_EXPORTER": "none",
     "BRICKSCOPE_CLOCK": "host",
+    # the apps' span counts and trees are their scopes' (overhead and gc spans: tests/analysis)
+    "BRICKSCOPE_HOST_INTERVALS": "false",
 }
 
 

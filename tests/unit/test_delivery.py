@@ -125,6 +125,7 @@ class TestDeadlines:
             """
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "BRICKSCOPE_"))}
+        env["BRICKSCOPE_HOST_INTERVALS"] = "false"  # the scopes' own spans are counted
         env.update(
             OTEL_TRACES_EXPORTER="otlp",
             OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf",
@@ -166,6 +167,7 @@ class TestDeadlines:
             """
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "BRICKSCOPE_"))}
+        env["BRICKSCOPE_HOST_INTERVALS"] = "false"  # the scopes' own spans are counted
         env.update(OTEL_TRACES_EXPORTER="console", OTEL_METRICS_EXPORTER="none")
         result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
         assert result.returncode == 0, result.stderr

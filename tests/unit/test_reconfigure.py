@@ -22,6 +22,7 @@ from brickscope import _state
 def run_python(script: str, **env: str) -> subprocess.CompletedProcess:
     """A fresh interpreter (OTel's global providers can be set once per process)."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "BRICKSCOPE_"))}
+    environment["BRICKSCOPE_HOST_INTERVALS"] = "false"  # the scopes' own spans are counted
     environment.update(env)
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=120, env=environment

@@ -97,6 +97,9 @@ class PythonBackend:
     def subtract(self, a: Any, b: Any) -> Any:
         return array.array(a.typecode, [x - y for x, y in zip(a, b)])
 
+    def absolute(self, col: Any) -> Any:
+        return array.array(col.typecode, [abs(x) for x in col])
+
     def combine(self, a: Any, b: Any, b_count: int) -> Any:
         """One code per row for the pair (a, b): ``a * b_count + b``."""
         return array.array("q", [x * b_count + y for x, y in zip(a, b)])

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from brickscope.analysis import _communication, _graph, _memory, _operations, _placement, _roofline, _tiles
+from brickscope.analysis import (
+    _communication, _graph, _host, _memory, _operations, _placement, _roofline, _stalls, _tiles,
+)  # fmt: skip
 from brickscope.analysis._load import AnalysisError
 from brickscope.analysis._model import Report
 from brickscope.analysis._peaks import Peak
@@ -36,7 +38,8 @@ def analyse(
     """
     table, filters = select(table, steps=steps, ranks=ranks, devices=devices)
     be = table.backend
-    operations = _operations.operations(table)
+    found = _operations.find_stalls(table)
+    operations = _operations.operations(table, found)
     device_lanes = _placement.devices(table)
     rank_lanes = _placement.ranks(table)
     bricks = be.mask_in(table["kind"], (KIND_BRICK,))
@@ -48,7 +51,7 @@ def analyse(
         clocks=tuple(name for name, count in zip(CLOCKS, clock_counts) if count),
         filters=filters,
         operations=operations,
-        categories=_operations.categories(table),
+        categories=_operations.categories(table, found),
         slowest=_operations.slowest(table, top),
         outliers=_operations.outliers(table, top),
         devices=device_lanes,
@@ -61,6 +64,8 @@ def analyse(
         notes=tuple(table.notes),
         tiles=_tiles.tiles(table),
         critical_paths=_graph.critical_paths(table, slowest=top),
+        host=_host.host_time(table),
+        stalls=_stalls.stalls(table, found, top),
     )
 
 

@@ -34,6 +34,9 @@ class OperationStats:
     elements_per_second: float  # elements / self seconds (0 without elements)
     bytes: int
     bytes_per_second: float  # bytes / self seconds (0 without bytes)
+    stalls: int = 0  # instances above the stall threshold (docs/analysis.md, "Stalls")
+    stall_ns: int = 0  # their self time, counted in self_ns
+    stall_share: float = 0.0  # stall_ns / self_ns
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,45 @@ class Outlier:
     instance: Instance
     median_ns: int
     ratio: float  # duration / median
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Something that ran on a stall's rank during it."""
+
+    name: str  # the span's name ("gc", "brickscope.resolve", a span of another thread)
+    kind: str  # "gc", "overhead", or the other span's kind ("other" for a user span)
+    thread: int  # thread.id of the span (0: unknown)
+    overlap_ns: int  # how much of the stall it covered
+
+
+@dataclass(frozen=True)
+class Stall:
+    """An instance above its operation's stall threshold, and what overlapped it."""
+
+    instance: Instance
+    median_ns: int  # the operation's median self time
+    threshold_ns: int  # max(5 x median, median + 5 x MAD)
+    ratio: float  # self / median
+    excess_ns: int  # self - median: what the stall added to the totals
+    overlaps: tuple[Overlap, ...]  # GC pauses and brickscope's work, then other threads' spans
+
+
+@dataclass(frozen=True)
+class HostTime:
+    """What took the application's time besides its own work: brickscope's overhead spans
+    and GC pauses, against the wall time of the steps (each step from its start to the end
+    of brickscope's work at its end), or without steps the traces' extent per rank."""
+
+    wall_ns: int
+    steps: bool  # wall_ns is the steps' (else the extent of the trace on each rank)
+    brickscope_count: int  # overhead spans within the wall time
+    brickscope_ns: int
+    brickscope_share: float  # brickscope_ns / wall_ns
+    brickscope_outside_ns: int  # overhead spans outside every step (not in the share)
+    gc_count: int  # GC pauses recorded inside scopes
+    gc_ns: int
+    gc_share: float  # gc_ns / wall_ns
 
 
 @dataclass(frozen=True)
@@ -163,7 +205,8 @@ class StepStats:
     rank: str
     duration_ns: int
     tokens: int
-    tokens_per_second: float
+    tokens_per_second: float  # tokens over wall_ns
+    wall_ns: int = 0  # the step and brickscope's work at its end (HostTime)
 
 
 @dataclass(frozen=True)
@@ -171,7 +214,8 @@ class Throughput:
     steps: tuple[StepStats, ...]
     mean_step_ns: float
     tokens: int
-    tokens_per_second: float  # tokens over the summed step durations
+    tokens_per_second: float  # tokens over the summed step wall times
+    mean_step_wall_ns: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -235,4 +279,6 @@ class Report:
     notes: tuple[str, ...] = ()  # about the input: a truncated file analysed up to its cut
     tiles: tuple[TileStats, ...] = ()  # per level, then per (brick, level)
     critical_paths: tuple[StepCriticalPath, ...] = ()  # of the `top` longest steps, by rank and step
+    host: HostTime | None = None  # None: no overhead or gc span in the trace
+    stalls: tuple[Stall, ...] = ()  # the `top` stalls that cost most
     schema: int = SCHEMA

@@ -53,6 +53,9 @@ class NumpyBackend:
     def subtract(self, a: Any, b: Any) -> Any:
         return a - b
 
+    def absolute(self, col: Any) -> Any:
+        return np.abs(col)
+
     def combine(self, a: Any, b: Any, b_count: int) -> Any:
         return a * b_count + b
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Per-operation and per-category statistics, the slowest instances, outliers.
 
-Definitions (``docs/analysis.md`` has the formulas): an instance's time is its
+Definitions (``docs/analysis.md`` has the formulas, and the stall rule): an instance's time is its
 self time (a brick's duration minus the bricks nested in it; a kernel's
 duration), so nested bricks are never counted twice; ``total_ns`` also gives the
 inclusive sum of durations. Percentiles are exact, nearest-rank
@@ -11,7 +11,7 @@ inclusive sum of durations. Percentiles are exact, nearest-rank
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from brickscope.analysis._stats import nearest_rank
@@ -23,12 +23,22 @@ PERCENTILES = (0.5, 0.9, 0.99)
 #: operation's median, and the operation has at least OUTLIER_MIN_COUNT instances.
 OUTLIER_FACTOR = 3.0
 OUTLIER_MIN_COUNT = 3
+#: A stall: an instance whose self time exceeds max(STALL_FACTOR x its operation's median,
+#: median + STALL_MADS x MAD), MAD the median absolute deviation from the median, in an
+#: operation of at least STALL_MIN_COUNT instances. The factor keeps a tight operation's
+#: ordinary jitter out, the MAD term a widely spread operation's long tail.
+STALL_FACTOR = 5.0
+STALL_MADS = 5.0
+STALL_MIN_COUNT = 5
 
 
-def operations(table: Table) -> tuple[OperationStats, ...]:
-    """Bricks (by self time, largest first), then kernels (likewise)."""
+def operations(table: Table, found: Any = None) -> tuple[OperationStats, ...]:
+    """Bricks (by self time, largest first), then kernels (likewise), each with the stalls
+    among its instances (``found``: :func:`~brickscope.analysis._stalls.find_stalls` of
+    ``table``, computed here when None)."""
     names = [(op.name, op.kind, op.category) for op in table.operations]
-    stats = _group_stats(table, table["op"], names, table)
+    found = found if found is not None else find_stalls(table)
+    stats = _group_stats(table, table["op"], names, table, found.by_group(found.work["op"]))
     out = []
     for kind in ("brick", "kernel"):
         rows = [s for s in stats if s.kind == kind]
@@ -36,12 +46,59 @@ def operations(table: Table) -> tuple[OperationStats, ...]:
     return tuple(out)
 
 
-def categories(table: Table) -> tuple[OperationStats, ...]:
-    """Bricks grouped by category, by self time, largest first."""
+def categories(table: Table, found: Any = None) -> tuple[OperationStats, ...]:
+    """Bricks grouped by category, by self time, largest first; a category's stalls are
+    its bricks' (``found`` as for :func:`operations`)."""
     be = table.backend
     bricks = table.select(be.mask_in(table["kind"], (KIND_BRICK,)))
     names = [(name, "category", name) for name in table.categories]
-    return tuple(_with_shares(_group_stats(bricks, bricks["category"], names, bricks)))
+    found = found if found is not None else find_stalls(table)
+    work = found.work
+    # kernels carry their brick's category too: only brick stalls count for a category
+    brick_rows = [r for r, kind in zip(found.rows, be.take(work["kind"], found.rows)) if kind == KIND_BRICK]
+    stalled = replace(found, rows=brick_rows).by_group(work["category"])
+    return tuple(_with_shares(_group_stats(bricks, bricks["category"], names, bricks, stalled)))
+
+
+@dataclass(frozen=True)
+class Found:
+    """The stall rule applied to a table: its bricks and kernels, each operation's median
+    and threshold (by op code), and the rows of ``work`` that are stalls."""
+
+    work: Table
+    medians: list[int]
+    thresholds: list[float]
+    rows: list[int]
+
+    def by_group(self, codes: Any) -> tuple[dict[int, int], dict[int, int]]:
+        """Stall count and stall self time per code of ``codes`` (a column of ``work``)."""
+        be = self.work.backend
+        count: dict[int, int] = {}
+        total: dict[int, int] = {}
+        for code, self_ns in zip(be.take(codes, self.rows), be.take(self.work["self"], self.rows)):
+            count[code] = count.get(code, 0) + 1
+            total[code] = total.get(code, 0) + self_ns
+        return count, total
+
+
+def find_stalls(table: Table) -> Found:
+    """Apply the stall rule (:data:`STALL_FACTOR`, :data:`STALL_MADS`) to every brick and
+    kernel of ``table``."""
+    be = table.backend
+    work = table.select(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL)))
+    groups = len(table.operations)
+    codes, self_ns = work["op"], work["self"]
+    counts = be.group_count(codes, groups)
+    ordered, offsets = be.sorted_within_groups(codes, groups, self_ns)
+    medians = pick(be, ordered, offsets, counts, 0.5)
+    deviations = be.absolute(be.subtract(self_ns, be.lookup(medians, codes, "int64")))
+    ordered, offsets = be.sorted_within_groups(codes, groups, deviations)
+    mads = pick(be, ordered, offsets, counts, 0.5)
+    thresholds = [
+        max(STALL_FACTOR * median, median + STALL_MADS * mad) if count >= STALL_MIN_COUNT else math.inf
+        for median, mad, count in zip(medians, mads, counts)
+    ]
+    return Found(work, medians, thresholds, be.rows_above(codes, self_ns, thresholds))
 
 
 def slowest(table: Table, top: int) -> tuple[Instance, ...]:
@@ -61,7 +118,7 @@ def outliers(table: Table, top: int) -> tuple[Outlier, ...]:
     codes, durations = work["op"], work["self"]
     counts = be.group_count(codes, groups)
     ordered, offsets = be.sorted_within_groups(codes, groups, durations)
-    medians = _pick(be, ordered, offsets, counts, 0.5)
+    medians = pick(be, ordered, offsets, counts, 0.5)
     thresholds = [
         OUTLIER_FACTOR * medians[g] if counts[g] >= OUTLIER_MIN_COUNT else math.inf for g in range(groups)
     ]
@@ -95,8 +152,12 @@ def instance(table: Table, row: int) -> Instance:
     )
 
 
-def _group_stats(table: Table, codes: Any, names: list[tuple[str, str, str]], rows: Table) -> list[OperationStats]:
-    """Statistics of ``rows`` grouped by ``codes`` (indices into ``names``: (name, kind, category))."""
+def _group_stats(
+    table: Table, codes: Any, names: list[tuple[str, str, str]], rows: Table, stalled: tuple[dict, dict]
+) -> list[OperationStats]:
+    """Statistics of ``rows`` grouped by ``codes`` (indices into ``names``: (name, kind, category));
+    ``stalled``: stall count and stall self time by code (:meth:`Found.by_group`)."""
+    stall_count, stall_ns = stalled
     be = table.backend
     groups = len(names)
     count = be.group_count(codes, groups)
@@ -105,9 +166,9 @@ def _group_stats(table: Table, codes: Any, names: list[tuple[str, str, str]], ro
     elements = be.group_sum(codes, groups, rows["elements"])
     nbytes = be.group_sum(codes, groups, rows["bytes"])
     ordered, offsets = be.sorted_within_groups(codes, groups, rows["self"])
-    p50, p90, p99 = (_pick(be, ordered, offsets, count, q) for q in PERCENTILES)
-    lowest = _pick(be, ordered, offsets, count, 0.0)
-    highest = _pick(be, ordered, offsets, count, 1.0)
+    p50, p90, p99 = (pick(be, ordered, offsets, count, q) for q in PERCENTILES)
+    lowest = pick(be, ordered, offsets, count, 0.0)
+    highest = pick(be, ordered, offsets, count, 1.0)
     out = []
     for g, (name, kind, category) in enumerate(names):
         if not count[g] or kind not in ("brick", "kernel", "category"):
@@ -132,6 +193,9 @@ def _group_stats(table: Table, codes: Any, names: list[tuple[str, str, str]], ro
                 elements_per_second=elements[g] / seconds if seconds and elements[g] else 0.0,
                 bytes=nbytes[g],
                 bytes_per_second=nbytes[g] / seconds if seconds and nbytes[g] else 0.0,
+                stalls=stall_count.get(g, 0),
+                stall_ns=stall_ns.get(g, 0),
+                stall_share=stall_ns.get(g, 0) / self_ns[g] if self_ns[g] else 0.0,
             )
         )
     return out
@@ -144,7 +208,7 @@ def _with_shares(stats: list[OperationStats]) -> list[OperationStats]:
     return shared
 
 
-def _pick(be: Any, ordered: Any, offsets: list[int], counts: list[int], fraction: float) -> list[int]:
+def pick(be: Any, ordered: Any, offsets: list[int], counts: list[int], fraction: float) -> list[int]:
     """Per group, the nearest-rank ``fraction`` percentile of its sorted values (0 for an empty group)."""
     rows = [offsets[g] + nearest_rank(c, fraction) for g, c in enumerate(counts) if c]
     values = iter(be.take(ordered, rows)) if rows else iter(())

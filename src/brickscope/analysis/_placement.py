@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from brickscope.analysis._host import step_walls
 from brickscope.analysis._intervals import concat, union_ns
 from brickscope.analysis._model import Balance, LaneStats, StepStats, Throughput
 from brickscope.analysis._table import CLOCK_CUDA_CODE, CLOCK_GPU_CODE, KIND_BRICK, KIND_KERNEL, KIND_STEP, Table
@@ -83,24 +84,27 @@ def balance(lanes: tuple[LaneStats, ...]) -> Balance:
 
 
 def throughput(table: Table) -> Throughput:
-    """Each step span: duration, tokens (``brickscope.step.tokens``) and tokens/s."""
+    """Each step span: duration, wall time (with brickscope's work at its end, ``_host``),
+    tokens (``brickscope.step.tokens``) and tokens/s over the wall time."""
     be = table.backend
     steps = table.select(be.mask_in(table["kind"], (KIND_STEP,)))
+    walls = step_walls(table)
     rows = zip(*(be.to_list(steps[name]) for name in ("step", "rank", "duration", "tokens", "start")))
     ordered = sorted(rows, key=lambda r: (r[0], _rank_order(table.ranks[r[1]]), r[4]))
-    stats = tuple(
-        StepStats(
-            number, table.ranks[rank], duration, tokens, tokens / (duration / 1e9) if duration and tokens else 0.0
-        )
-        for number, rank, duration, tokens, _ in ordered
-    )
+    stats = []
+    for number, rank, duration, tokens, start in ordered:
+        wall = walls[(number, rank, start)]
+        rate = tokens / (wall / 1e9) if wall and tokens else 0.0
+        stats.append(StepStats(number, table.ranks[rank], duration, tokens, rate, wall))
     total_ns = sum(s.duration_ns for s in stats)
+    wall_ns = sum(s.wall_ns for s in stats)
     tokens = sum(s.tokens for s in stats)
     return Throughput(
-        stats,
+        tuple(stats),
         total_ns / len(stats) if stats else 0.0,
         tokens,
-        tokens / (total_ns / 1e9) if total_ns and tokens else 0.0,
+        tokens / (wall_ns / 1e9) if wall_ns and tokens else 0.0,
+        wall_ns / len(stats) if stats else 0.0,
     )
 
 

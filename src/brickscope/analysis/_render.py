@@ -15,8 +15,8 @@ import re
 from typing import Any
 
 from brickscope.analysis._diff import Comparison, OperationChange
-from brickscope.analysis._model import Instance, OperationStats, Report
-from brickscope.analysis._operations import OUTLIER_FACTOR
+from brickscope.analysis._model import Instance, OperationStats, Overlap, Report
+from brickscope.analysis._operations import OUTLIER_FACTOR, STALL_FACTOR, STALL_MADS
 
 FORMATS = ("text", "markdown", "json")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -39,6 +39,7 @@ def to_json(report: Report) -> dict[str, Any]:
     data = dataclasses.asdict(report)
     data = {"schema": data.pop("schema"), **data}
     data["load_balance"] = {key: dataclasses.asdict(value) for key, value in report.load_balance.items()}
+    data["stalls"] = [_finite(stall) for stall in data["stalls"]]  # a median of 0: ratio null
     return data
 
 
@@ -117,6 +118,8 @@ class _Writer:
             lines += self.note(f"{report.dropped} spans beyond the session's bound were not analysed")
         lines += self.operations(report)
         lines += self.instances(report)
+        lines += self.stalls(report)
+        lines += self.host(report)
         lines += self.lanes(report)
         lines += self.communication(report)
         lines += self.memory(report)
@@ -131,6 +134,7 @@ class _Writer:
             "count",
             "self ms",
             "share",
+            "in stalls",
             "total ms",
             "mean us",
             "p50 us",
@@ -168,6 +172,7 @@ class _Writer:
             str(s.count),
             _ms(s.self_ns),
             _share(s.share),
+            _share(s.stall_share) if s.stalls else "-",
             _ms(s.total_ns),
             _us(s.mean_ns),
             _us(s.p50_ns),
@@ -216,6 +221,57 @@ class _Writer:
             ],
             2,
         )
+
+    def stalls(self, report: Report) -> list[str]:
+        lines = self.title(
+            f"Stalls (self time over max({STALL_FACTOR:g}x, median + {STALL_MADS:g} MAD) of their operation;"
+            " most time over the median first)"
+        )
+        if not report.stalls:
+            return lines + self.note("none")
+        rows: list[tuple[str, ...]] = [
+            (
+                self.name(s.instance.name),
+                s.instance.kind,
+                _us(s.instance.self_ns),
+                _us(s.median_ns),
+                "-" if s.median_ns == 0 else f"{s.ratio:.1f}",
+                _opt(s.instance.step),
+                _opt(s.instance.layer),
+                self.name(s.instance.rank),
+                ", ".join(self.overlap(o) for o in s.overlaps) or "nothing recorded",
+            )
+            for s in report.stalls
+        ]
+        header = ("name", "kind", "self us", "median us", "x", "step", "layer", "rank", "overlapped by")
+        return lines + self.table(header, rows, 2)
+
+    def overlap(self, o: Overlap) -> str:
+        """``gc 50.113 ms``, ``brickscope.resolve 0.210 ms``, ``decode (thread 1234) 3.100 ms``."""
+        where = "" if o.kind in ("gc", "overhead") else f" (thread {o.thread})"
+        return f"{self.name(o.name)}{where} {_ms(o.overlap_ns)} ms"
+
+    def host(self, report: Report) -> list[str]:
+        host = report.host
+        lines = self.title("brickscope's own work and GC pauses")
+        if host is None:
+            return lines + self.note(
+                "no overhead or gc spans in the trace (host_intervals off, the resolver thread, or an older brickscope)"
+            )
+        wall = "step wall time" if host.steps else "the trace's extent"
+        gc = (
+            f"GC {_ms(host.gc_ns)} ms in {host.gc_count} pause{'s' if host.gc_count > 1 else ''}, {_share(host.gc_share)}"
+            if host.gc_count
+            else "no GC pause inside a scope"
+        )
+        text = (
+            f"brickscope {_ms(host.brickscope_ns)} ms in {host.brickscope_count} sync points,"
+            f" {_share(host.brickscope_share)} of {_ms(host.wall_ns)} ms {wall}; {gc}"
+        )
+        lines += self.note(text)
+        if host.brickscope_outside_ns:
+            lines += self.note(f"brickscope {_ms(host.brickscope_outside_ns)} ms outside every step (not in the share)")
+        return lines
 
     def lanes(self, report: Report) -> list[str]:
         if report.devices:
@@ -342,8 +398,10 @@ class _Writer:
             return self.omitted("Steps", "no step spans")
         lines = self.title("Steps")
         text = f"{len(throughput.steps)} steps, mean {_ms(throughput.mean_step_ns)} ms"
+        if throughput.mean_step_wall_ns != throughput.mean_step_ns:
+            text += f" ({_ms(throughput.mean_step_wall_ns)} ms wall, with brickscope's work at step ends)"
         if throughput.tokens:
-            text += f", {throughput.tokens} tokens, {throughput.tokens_per_second:.4g} tokens/s"
+            text += f", {throughput.tokens} tokens, {throughput.tokens_per_second:.4g} tokens/s (over wall time)"
         return lines + self.note(text)
 
     def tiles(self, report: Report) -> list[str]:

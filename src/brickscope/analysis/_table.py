@@ -36,8 +36,8 @@ from brickscope import native
 from brickscope.trace import attributes as A
 
 #: Scope kinds, by code: the ``kind`` column.
-KINDS = ("other", "step", "layer", "brick", "kernel")
-KIND_OTHER, KIND_STEP, KIND_LAYER, KIND_BRICK, KIND_KERNEL = range(5)
+KINDS = ("other", "step", "layer", "brick", "kernel", "overhead", "gc")
+KIND_OTHER, KIND_STEP, KIND_LAYER, KIND_BRICK, KIND_KERNEL, KIND_OVERHEAD, KIND_GC = range(7)
 _KIND_CODES = {name: code for code, name in enumerate(KINDS)}
 #: Clocks, by code: the ``clock`` column.
 CLOCKS = ("host", "cuda", "gpu")  # "gpu": measured elsewhere (bs.record_gpu)
@@ -51,7 +51,8 @@ COLUMNS: dict[str, str] = {
     "category": "int64",  # code into Table.categories (-1: none)
     "start": "int64",  # ns since the Unix epoch; the GPU interval for GPU-timed spans
     "end": "int64",
-    "self": "int64",  # bricks: duration minus nested bricks; other spans: their duration
+    "self": "int64",  # bricks: duration minus nested bricks; other spans: their duration; either
+    # less the brickscope overhead spans directly inside (a brick's own attribute already is)
     "clock": "int64",  # code into CLOCKS
     "device": "int64",  # code into Table.devices (-1: not GPU-timed)
     "stream": "int64",  # code into Table.streams (-1: not GPU-timed)
@@ -384,6 +385,7 @@ class TableBuilder:
             if release:
                 self._columns = [array.array(_TYPECODES[dtype]) for dtype in COLUMNS.values()]
             columns["duration"] = be.subtract(columns["end"], columns["start"])
+            _exclude_overhead(be, columns, self.rows)
             comm = [op.communication for op in self._operations]
             columns["comm"] = be.lookup(comm, columns["op"], "bool")
             return Table(
@@ -558,6 +560,33 @@ class TableBuilder:
         return code
 
 
+def _exclude_overhead(be: Any, columns: dict[str, Any], rows: int) -> None:
+    """brickscope's own work is not its parent's: each overhead span's interval, clipped to
+    its parent's, comes off that parent's self time (never below 0). A brick parent is left
+    as it is: brickscope credited the interval to it like a nested brick when it recorded it,
+    so its ``brickscope.brick.self_duration_ns`` already leaves it out; so is a GPU-timed
+    parent, whose interval is GPU time the host's work is no part of."""
+    overhead = be.mask_in(columns["kind"], (KIND_OVERHEAD,))
+    if not be.count_true(overhead):
+        return
+    parents = be.to_list(be.index_of(columns["span_id"], be.compress(columns["parent_id"], overhead)))
+    starts, ends = be.to_list(be.compress(columns["start"], overhead)), be.to_list(be.compress(columns["end"], overhead))
+    deduct: dict[int, int] = {}
+    for parent, start, end in zip(parents, starts, ends):
+        if parent < 0 or be.item(columns["kind"], parent) == KIND_BRICK:
+            continue
+        if be.item(columns["clock"], parent) != CLOCK_HOST_CODE:  # a GPU interval: host work is not in it
+            continue
+        inside = min(end, be.item(columns["end"], parent)) - max(start, be.item(columns["start"], parent))
+        if inside > 0:
+            deduct[parent] = deduct.get(parent, 0) + inside
+    if deduct:
+        self_ns = be.to_list(columns["self"])
+        for parent, amount in deduct.items():
+            self_ns[parent] = max(0, self_ns[parent] - amount)
+        columns["self"] = be.column(self_ns, "int64")
+
+
 #: Each column's value when a span's attribute cannot be one (the "absent" markers above).
 _DEFAULTS = tuple(-1 if name in ("category", "device", "stream", "step", "layer", "launch") else 0 for name in COLUMNS)
 
@@ -670,7 +699,7 @@ def _names(value: Any) -> tuple[str, ...]:
 #: The C row maker (``brickscope._tablerows``), or None: :meth:`TableBuilder._row` and
 #: :meth:`TableBuilder._store` make every row (the reference; see ``brickscope.native``).
 #: The ``ABI_VERSION`` of ``brickscope._tablerows`` this code was written for.
-_TABLEROWS_ABI = 1
+_TABLEROWS_ABI = 2
 _fast = native.load("brickscope._tablerows", abi=_TABLEROWS_ABI)
 
 

@@ -169,6 +169,7 @@ def configure(
     step_sampling: StepSampling | str | None = None,
     resolver: str | None = None,
     duration_histogram: str | None = None,
+    host_intervals: bool | None = None,
 ) -> Session:
     """Install brickscope on ``tracer_provider`` (default: the global one) and turn scopes on.
 
@@ -216,6 +217,10 @@ def configure(
             bricks that have a span, with exemplars), ``"all"`` (every brick; brickscope
             aggregates the histogram, ~0.8 us a value) or ``"off"``. Exact count, self time and elements of every
             brick are observable counters either way.
+        host_intervals: True (default, or ``BRICKSCOPE_HOST_INTERVALS``): brickscope's own
+            work at sync points on application threads becomes ``overhead`` spans, and
+            garbage-collection pauses inside sampled scopes ``gc`` spans
+            (``docs/semantic-conventions.md``, "Overhead and GC spans"); False: neither.
 
     Raises:
         ValueError: an unknown sync mode or clock, a bad bound, ``clock="cuda"``
@@ -242,6 +247,7 @@ def configure(
             step_sampling=step_sampling,
             resolver=resolver,
             duration_histogram=duration_histogram,
+            host_intervals=host_intervals,
         )
         return SessionBuilder(options).build()
 
@@ -320,6 +326,7 @@ class SessionBuilder:
             aggregate_unsampled=options.aggregate,
             resolver=options.resolver,
             unsampled_values=options.aggregate and options.duration_histogram == "all",
+            host_intervals=options.host_intervals,
         )
 
     def _meter_provider(self, tracer_provider: TracerProvider) -> tuple[Any, Any]:

@@ -64,6 +64,8 @@ class ConfigureOptions:
     resolver: str
     # "sampled", "all" or "off" (argument, BRICKSCOPE_DURATION_HISTOGRAM, "sampled").
     duration_histogram: str
+    # overhead and gc spans (argument, BRICKSCOPE_HOST_INTERVALS, True).
+    host_intervals: bool
     # OTEL_SDK_DISABLED=true: OpenTelemetry is off for every signal, so brickscope records
     # nothing, builds no timer and registers no self-metrics.
     sdk_disabled: bool
@@ -86,6 +88,7 @@ class ConfigureOptions:
         step_sampling: StepSampling | str | None,
         resolver: str | None,
         duration_histogram: str | None,
+        host_intervals: bool | None = None,
     ) -> ConfigureOptions:
         """configure()'s arguments (each one given: configure() holds the defaults), completed
         from the environment and validated: nothing is built or touched.
@@ -104,6 +107,11 @@ class ConfigureOptions:
         sampling = _step_sampling(step_sampling)
         resolver = _choice("resolver", resolver, env.BRICKSCOPE_RESOLVER, "inline", RESOLVERS)
         duration_histogram = duration_histogram_mode(duration_histogram)
+        if host_intervals is None:
+            unset = not os.environ.get(env.BRICKSCOPE_HOST_INTERVALS, "").strip()
+            host_intervals = True if unset else _env_flag(env.BRICKSCOPE_HOST_INTERVALS)
+        elif not isinstance(host_intervals, bool):
+            raise TypeError(f"brickscope: host_intervals must be a bool, got {type(host_intervals).__name__}")
         if tracer_provider is not None and not isinstance(tracer_provider, TracerProvider):
             raise TypeError(
                 "brickscope: tracer_provider must be an opentelemetry.sdk.trace.TracerProvider, "
@@ -133,6 +141,7 @@ class ConfigureOptions:
             step_sampling=sampling,
             resolver=resolver,
             duration_histogram=duration_histogram,
+            host_intervals=host_intervals,
             sdk_disabled=sdk_disabled,
         )
 

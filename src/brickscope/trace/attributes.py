@@ -15,12 +15,24 @@ Example::
 
 # --- what kind of scope a span is ------------------------------------------------
 
-#: str: ``"step"``, ``"layer"``, ``"brick"`` or ``"kernel"``. On every brickscope span.
+#: str: ``"step"``, ``"layer"``, ``"brick"``, ``"kernel"``, ``"overhead"`` or ``"gc"``.
+#: On every brickscope span.
 SCOPE_KIND = "brickscope.scope.kind"
 SCOPE_KIND_STEP = "step"
 SCOPE_KIND_LAYER = "layer"
 SCOPE_KIND_BRICK = "brick"
 SCOPE_KIND_KERNEL = "kernel"
+#: brickscope's own work on the application thread (resolving scopes into spans, and what
+#: the provider's processors do with them there): one span per sync point that resolved
+#: something, named :data:`OVERHEAD_SPAN_NAME`, a child of the span it ran in. Analysis
+#: leaves it out of every enclosing span's self time.
+SCOPE_KIND_OVERHEAD = "overhead"
+#: A Python garbage-collection pause (``gc.callbacks``) on a thread inside an open, sampled
+#: scope: a span named :data:`GC_SPAN_NAME`, a child of that scope. It is the enclosing
+#: code's time (its allocations caused it) and stays in that code's self time.
+SCOPE_KIND_GC = "gc"
+OVERHEAD_SPAN_NAME = "brickscope.resolve"
+GC_SPAN_NAME = "gc"
 
 #: str: the brick's name (also the span name). On brick and kernel spans (a
 #: kernel carries the name of the brick that encloses it, if any).
@@ -38,6 +50,15 @@ LAYER_INDEX = "brickscope.layer.index"
 #: int: the step number. On step spans, and on every scope nested in a step.
 STEP_NUMBER = "brickscope.step.number"
 
+# --- brickscope's own work and host pauses (overhead and gc spans) -------------------
+
+#: int: spans a sync point resolved and handed to the processors. On overhead spans.
+OVERHEAD_SPANS = "brickscope.overhead.spans"
+#: int: the collected generation (0, 1 or 2). On gc spans.
+GC_GENERATION = "brickscope.gc.generation"
+#: int: objects the collection freed. On gc spans.
+GC_COLLECTED = "brickscope.gc.collected"
+
 # --- work done, for throughput, memory and roofline analysis (optional) -----------
 
 #: int: bytes the scope moved to and from memory (reads plus writes), for GB/s and
@@ -51,6 +72,12 @@ WORK_FLOPS = "brickscope.work.flops"
 WORK_OUTPUT_SHAPE = "brickscope.work.output_shape"
 #: str: element type of that output (``float32``, ``bfloat16``, ``int8``...). ``dtype="bfloat16"``.
 WORK_DTYPE = "brickscope.work.dtype"
+#: int: CPU time the step's thread spent from the step's start to its end, ns
+#: (``time.thread_time_ns``): against the step's host duration, how much of the step
+#: its thread ran (the rest it waited: the GIL, I/O, the GPU, the OS scheduler). On the
+#: step spans of sampled outermost steps that ended on the thread that opened them, when
+#: host intervals are on.
+STEP_THREAD_CPU_NS = "brickscope.step.thread_cpu_ns"
 #: int: tokens the step produced or consumed, for tokens/s. Step spans: ``bs.step(n, tokens=k)``.
 STEP_TOKENS = "brickscope.step.tokens"
 #: The short keyword each of the above may be given as: a scope's extra keyword arguments

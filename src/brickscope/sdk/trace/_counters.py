@@ -38,6 +38,11 @@ NAMES = (
     "export_timeouts",
     "gpu_fallbacks",
     "sync_timeouts",
+    "overhead_ns_app",
+    "overhead_spans",
+    "gc_pauses",
+    "gc_pause_ns",
+    "gc_pauses_shed",
 )
 
 

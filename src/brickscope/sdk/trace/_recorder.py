@@ -38,6 +38,7 @@ _SCOPE_SPAN = _otel_context.ScopeSpan(_record.TOP.get)
 _top, _set_top = _record.TOP.get, _record.TOP.set
 _current_context, _with_span, _attach = _otel_context.current, _otel_context.with_span, _otel_context.attach
 _get_ident = threading.get_ident
+_thread_time_ns = time.thread_time_ns
 _new_record = object.__new__
 _hotpath = _record.hotpath
 _NEVER = 1 << 62  # a perf_counter_ns no poll is due before
@@ -229,6 +230,12 @@ class Recorder(_RecordingBase):
         #: Folds an unsampled brick into the metrics where it ends (``_unsampled``); set on
         #: the host clock, where nothing is left to resolve. None: it waits to be resolved.
         self.fold_closed: Callable[[Record], None] | None = None
+        #: Thread CPU time at the open of each sampled outermost step still open; None: not
+        #: measured (host intervals off). At its end, the CPU time it took goes to
+        #: :attr:`step_cpu_done` by (thread id, host start), for its span's
+        #: ``brickscope.step.thread_cpu_ns`` (the resolver puts it there).
+        self.step_cpu: dict[Record, int] | None = None
+        self.step_cpu_done: dict[tuple[int, int], int] = {}
 
     # --- the parts of open/close both implementations share (rare or policy-laden) -------
 
@@ -247,6 +254,8 @@ class Recorder(_RecordingBase):
             rec.sampled = self._sample_root(trace_id, owner._name)
         if owner._kind == KIND_STEP and self._step_sampling is not None and rec.sampled:
             rec.sampled = self._step_sampling.samples(owner._index)
+        if owner._kind == KIND_STEP and rec.sampled and self.step_cpu is not None:
+            self.step_cpu[rec] = _thread_time_ns()
         rec.otel_parent = span_context
         rec.parent = None
         if self.propagate_context and owner._propagates:
@@ -288,7 +297,12 @@ class Recorder(_RecordingBase):
             rec.gpu_error = getattr(exc, "code_name", type(exc).__name__)
 
     def _act(self, rec: Record, action: int) -> None:
-        """What closing ``rec`` triggers by the sync policy (``CLOSE_ACTIONS``)."""
+        """What closing ``rec`` triggers by the sync policy (``CLOSE_ACTIONS``). A step's
+        thread CPU time goes on its span first (every step end acts)."""
+        if self.step_cpu is not None and rec.owner._kind == KIND_STEP:
+            start = self.step_cpu.pop(rec, None)
+            if start is not None and rec.thread_id == _get_ident():
+                self.step_cpu_done[(rec.thread_id, rec.host_start)] = _thread_time_ns() - start
         if action == WAKE:
             # Nothing pending (an unsampled step on the host clock, folded as it ended): no
             # wake-up. A metric collection takes the folded sums itself.
@@ -299,8 +313,11 @@ class Recorder(_RecordingBase):
             self._counts["closed_after_shutdown"] += 1
         if action == POLL:
             self.sync(block=False)
-        else:
-            self.sync(block=True, timeout_millis=self.sync_timeout_millis, streams=(rec.stream,))
+        else:  # a brick or layer end of immediate/per_layer waits by design: not counted as overhead
+            self.sync(
+                block=True, timeout_millis=self.sync_timeout_millis, streams=(rec.stream,),
+                overhead=rec.owner._kind == KIND_STEP,
+            )  # fmt: skip
 
     def _poll(self, end: int) -> None:
         """``max_delay_millis`` passed since the last poll: resolve what is complete; with a
@@ -399,6 +416,8 @@ class Recorder(_RecordingBase):
         """In a forked child: drop the parent's pending scopes and its CUDA state (CUDA
         does not survive fork); the child times on the host clock."""
         self.pending = deque()
+        if self.step_cpu is not None:
+            self.step_cpu, self.step_cpu_done = {}, {}
         if self.timer is not None:
             self.timer = None
             self.clock = CLOCK_HOST

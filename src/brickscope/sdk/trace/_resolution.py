@@ -5,7 +5,9 @@ A record is resolved once its GPU end event has completed (or at once on the hos
 clock); a blocking sync waits for the GPU, a poll takes only the complete prefix.
 Each resolved record is built into a span and handed downstream, pacing the SDK's
 batch queues so one sync point cannot overflow them. Runs on whichever thread
-reaches a sync point, under one lock.
+reaches a sync point, under one lock. On an application thread a sync point that
+resolved something becomes an ``overhead`` span of its own (``_overhead``), and the GC
+pauses queued since the last sync point become ``gc`` spans.
 
 Example::
 
@@ -19,12 +21,22 @@ import time
 from time import thread_time_ns as _thread_time_ns
 from typing import Any
 
+from brickscope._clock import EPOCH_OFFSET_NS, perf_counter_ns
 from brickscope._record import Record
 from brickscope.sdk.trace._counters import Counters
+from brickscope.sdk.trace._overhead import GcPauses, HostIntervals
 from brickscope.sdk.trace._recorder import Recorder
 from brickscope.sdk.trace._sdk import BATCH, SIMPLE, Downstream
 from brickscope.sdk.trace._spans import SpanBuilder
 from brickscope.sdk.trace._unsampled import UnsampledBricks
+from brickscope.trace.attributes import (
+    HOST_START_NS,
+    SCOPE_KIND,
+    SCOPE_KIND_STEP,
+    STEP_NUMBER,
+    STEP_THREAD_CPU_NS,
+    THREAD_ID,
+)
 
 _get_ident = threading.get_ident
 _PACE_EVERY = 128  # spans emitted between looks at the downstream queues
@@ -43,8 +55,17 @@ class Resolver:
         counters: Counters,
         unsampled: UnsampledBricks,
         handover_interval_s: float = 0.0,
+        intervals: HostIntervals | None = None,
+        gc_pauses: GcPauses | None = None,
     ) -> None:
         self._recorder = recorder
+        #: Builds the overhead and gc spans (None: neither is made).
+        self._intervals = intervals
+        self._gc_pauses = gc_pauses
+        #: The step number on the last span emitted (an overhead span's step).
+        self._last_step: int | None = None
+        #: Spans emitted from records (not counting overhead and gc spans), in all.
+        self._resolved = 0
         self._unsampled = unsampled
         #: A non-blocking sync with nothing pending hands unsampled sums over at most this
         #: often (a step end need not: the metrics are read once per collection).
@@ -59,26 +80,63 @@ class Resolver:
         self.worker_ident: int | None = None
         self._pace_holdoff = 0.0
 
-    def sync(self, block: bool = True, timeout_millis: float | None = None, streams: tuple = ()) -> bool:
+    def sync(
+        self, block: bool = True, timeout_millis: float | None = None, streams: tuple = (), overhead: bool = True
+    ) -> bool:
         """Resolve pending records into spans and emit them.
 
         With ``block`` the GPU is waited for (up to ``timeout_millis``); without it
         only the already-complete prefix is resolved. Returns True when nothing is
-        left pending. Never raises.
+        left pending. Never raises. On an application thread, a sync that resolved
+        something is an ``overhead`` span of its own unless ``overhead`` is False (the
+        brick and layer ends of ``immediate``/``per_layer``, whose waits are the mode's).
         """
         if not block and not self._recorder.pending and time.monotonic() < self._next_handover:
             return True  # nothing to resolve, and the sums were handed over a moment ago
+        start = perf_counter_ns()
         try:
             with self.lock:
                 cpu_start = _thread_time_ns()
+                resolved = self._resolved
                 try:
                     return self._sync(block, timeout_millis, streams)
                 finally:  # self-telemetry: what resolving cost, on which thread
-                    key = "resolution_cpu_ns_worker" if _get_ident() == self.worker_ident else "resolution_cpu_ns_app"
+                    on_worker = _get_ident() == self.worker_ident
+                    key = "resolution_cpu_ns_worker" if on_worker else "resolution_cpu_ns_app"
                     self._counts[key] += _thread_time_ns() - cpu_start
+                    resolved = self._resolved - resolved
+                    if resolved and overhead and not on_worker and self._intervals is not None:
+                        self._record_overhead(self._intervals, start, resolved)
         except Exception:  # never into user code
             self._counters.log_once("sync", "brickscope: resolving pending scopes failed")
             return False
+
+    def _record_overhead(self, intervals: HostIntervals, start: int, spans: int) -> None:
+        """This sync point on the application thread, queued as an overhead interval; its span
+        goes out with the next sync point's batch (so it costs no batch of its own, and is
+        not itself measured)."""
+        end = perf_counter_ns()
+        self._counts["overhead_ns_app"] += end - start
+        if intervals.record_overhead(start, end, spans, self._last_step):
+            self._counts["overhead_spans"] += 1
+
+    def _host_spans(self, intervals: HostIntervals, spans: list, attributes: list, rows: list, processors: tuple) -> int:
+        """The overhead intervals and GC pauses queued since the last sync point, as spans at
+        the head of this batch. Returns how many."""
+        pauses = self._gc_pauses.take() if self._gc_pauses is not None else []
+        added = 0
+        for build, queued in ((intervals.overhead_span, intervals.take_overhead()), (intervals.gc_pause, pauses)):
+            for item in queued:
+                try:
+                    span, attrs, row = build(item)
+                except Exception:
+                    self._build_failed(processors)
+                    continue
+                spans.append(span)
+                attributes.append(attrs)
+                rows.append(row)
+                added += 1
+        return added
 
     def _sync(self, block: bool, timeout_millis: float | None, streams: tuple) -> bool:
         self._counts["syncs"] += 1
@@ -167,6 +225,7 @@ class Resolver:
         attributes: list[Any] = []
         rows: list[Any] = []
         drain = self._builder.drain
+        host = 0 if self._intervals is None else self._host_spans(self._intervals, spans, attributes, rows, processors)
         try:
             while pending:
                 if drain is not None:  # the common records, in C, up to a batch
@@ -192,6 +251,9 @@ class Resolver:
                     attributes.append(attrs)
                     rows.append(row)
                 if len(spans) >= _PACE_EVERY:
+                    if self._recorder.step_cpu_done:
+                        self._add_step_cpu(attributes)
+                    self._last_step = attributes[-1].get(STEP_NUMBER)
                     emit_batch(spans, attributes, rows, processors)
                     emitted += len(spans)
                     spans, attributes, rows = [], [], []
@@ -201,10 +263,26 @@ class Resolver:
             return True
         finally:
             if spans:  # the last batch, also when the GPU is not done with what follows
+                if self._recorder.step_cpu_done:
+                    self._add_step_cpu(attributes)
+                self._last_step = attributes[-1].get(STEP_NUMBER)
                 emit_batch(spans, attributes, rows, processors)
                 emitted += len(spans)
             self._counts["spans_emitted"] += emitted
+            self._resolved += emitted - host
             self._flush_unsampled(processors)
+
+    def _add_step_cpu(self, attributes: list[dict[str, Any]]) -> None:
+        """Put each ended step's thread CPU time on its span in this batch, before any
+        processor sees it (a step is last among its scopes: looked for from the end)."""
+        done = self._recorder.step_cpu_done
+        for attrs in reversed(attributes):
+            if attrs.get(SCOPE_KIND) == SCOPE_KIND_STEP:
+                cpu = done.pop((attrs.get(THREAD_ID), attrs.get(HOST_START_NS, 0) - EPOCH_OFFSET_NS), None)
+                if cpu is not None:
+                    attrs[STEP_THREAD_CPU_NS] = cpu
+                    if not done:
+                        return
 
     def _gpu_ready(self, timer: Any, rec: Record, block: bool, deadline: float | None) -> bool:
         """Whether rec's end event has completed; waits when blocking. GPU faults mark the record."""

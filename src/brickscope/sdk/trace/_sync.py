@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from brickscope.sdk.trace import _delivery
 from brickscope.sdk.trace._counters import Counters
 from brickscope.sdk.trace._record_cost import per_record_ns
+from brickscope.sdk.trace._overhead import GcPauses, HostIntervals
 from brickscope.sdk.trace._recorder import CLOSE_ACTIONS, LATE, Recorder
 from brickscope.sdk.trace._resolution import Resolver
 from brickscope.sdk.trace._sampling import StepSampling
@@ -79,6 +80,9 @@ class GpuSyncSpanProcessor(SpanProcessor):
         unsampled_values: hand each unsampled brick's self time to the aggregators too,
             for a duration histogram of every brick (``duration_histogram="all"``); by
             default they get exact sums only.
+        host_intervals: emit ``overhead`` spans for sync points on application threads
+            and ``gc`` spans for garbage-collection pauses inside sampled scopes
+            (:mod:`~brickscope.sdk.trace._overhead`).
 
     Raises:
         ValueError: unknown ``sync_mode`` or a non-positive bound.
@@ -102,6 +106,7 @@ class GpuSyncSpanProcessor(SpanProcessor):
         aggregate_unsampled: bool = True,
         resolver: str = "inline",
         unsampled_values: bool = False,
+        host_intervals: bool = True,
     ) -> None:
         if not isinstance(tracer_provider, TracerProvider):
             raise TypeError(
@@ -141,6 +146,8 @@ class GpuSyncSpanProcessor(SpanProcessor):
         if timer is None or sync_mode == "none":  # nothing to wait for: fold where they end
             self.recorder.fold_closed = self.unsampled.on_close
         self.recorder.poll_without_pending = unsampled_values  # kept values: handed over by time
+        #: GC pauses inside sampled scopes, queued for the next sync point (``_overhead``).
+        self.gc_pauses = GcPauses(self.counters.values, self.recorder) if host_intervals else None
         self._resolver = Resolver(
             self.recorder,
             SpanBuilder(tracer_provider, self.recorder, self.counters),
@@ -148,7 +155,12 @@ class GpuSyncSpanProcessor(SpanProcessor):
             self.counters,
             self.unsampled,
             handover_interval_s=max_delay_millis / 1e3,
+            intervals=HostIntervals(tracer_provider, self.recorder) if host_intervals else None,
+            gc_pauses=self.gc_pauses,
         )
+        if self.gc_pauses is not None:
+            self.gc_pauses.install()
+            self.recorder.step_cpu = {}
         self._shutdown = False
         self._worker: ResolverThread | None = None
         if resolver == "thread":
@@ -183,14 +195,17 @@ class GpuSyncSpanProcessor(SpanProcessor):
         """Fold the unsampled bricks held here into the aggregators (at a metric collection)."""
         self._resolver.hand_over()
 
-    def sync(self, block: bool = True, timeout_millis: float | None = None, streams: tuple = ()) -> bool:
+    def sync(
+        self, block: bool = True, timeout_millis: float | None = None, streams: tuple = (), overhead: bool = True
+    ) -> bool:
         """Resolve pending records into spans and emit them.
 
         With ``block`` the GPU is waited for (up to ``timeout_millis``); without it
         only the already-complete prefix is resolved. Returns True when nothing is
-        left pending. Never raises.
+        left pending. Never raises. ``overhead``: a sync on an application thread that
+        resolved something becomes an ``overhead`` span (see ``_overhead``).
         """
-        return self._resolver.sync(block, timeout_millis, streams)
+        return self._resolver.sync(block, timeout_millis, streams, overhead)
 
     # ---- SpanProcessor ---------------------------------------------------------
 
@@ -215,8 +230,10 @@ class GpuSyncSpanProcessor(SpanProcessor):
         # resolved one by one as they close, into the provider, instead of waiting
         # for a sync point that will not come.
         self.recorder.close_actions = (LATE,) * 4
-        if not self.sync(block=True, timeout_millis=timeout_millis):
+        if not self.sync(block=True, timeout_millis=timeout_millis, overhead=False):  # the program is done
             self._resolver.emit_unresolved()
+        if self.gc_pauses is not None:
+            self.gc_pauses.remove()
         timer = self.recorder.timer
         if timer is not None:
             try:
@@ -256,6 +273,8 @@ class GpuSyncSpanProcessor(SpanProcessor):
         does not survive fork); the child times on the host clock."""
         self.recorder.forget_after_fork()
         self._resolver.forget_after_fork()
+        if self.gc_pauses is not None:
+            self.gc_pauses.take()  # the parent's scopes
         self.unsampled.forget_after_fork()
         if self._worker is not None:  # threads do not survive fork: resolve inline
             self._worker = None
