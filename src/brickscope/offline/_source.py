@@ -47,6 +47,7 @@ class TraceSource:
         compressed: whether ``stream`` is decompressed gzip.
         allow_truncated: whether a file cut short is read up to the cut.
         truncation: the cut, once a reader (or the decompressor) found one.
+        dropped: impossible spans the reader left out, by reason (``brickscope.offline.IMPOSSIBLE_REASONS``).
     """
 
     def __init__(
@@ -59,6 +60,7 @@ class TraceSource:
         self.path = path
         self.allow_truncated = allow_truncated
         self.truncation: TraceFileError | None = None
+        self.dropped: dict[str, int] = {}
         self._progress = progress
         self._reported = -1
         self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
@@ -90,6 +92,10 @@ class TraceSource:
             raise error
         if self.truncation is None:
             self.truncation = error
+
+    def drop(self, reason: str) -> None:
+        """Count a span the reader leaves out as impossible (see ``brickscope.offline.impossible``)."""
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
 
     @property
     def bytes_read(self) -> int:
