@@ -43,7 +43,8 @@ def analyse(
     return Report(
         sources=tuple(table.sources),
         spans=table.rows,
-        dropped=table.dropped,
+        dropped=table.dropped + sum(table.impossible.values()),
+        dropped_by_reason={**({"bound": table.dropped} if table.dropped else {}), **table.impossible},
         clocks=tuple(name for name, count in zip(CLOCKS, clock_counts) if count),
         filters=filters,
         operations=operations,

@@ -159,7 +159,7 @@ class RooflinePoint:
 
 @dataclass(frozen=True)
 class StepStats:
-    step: int
+    step: int | None  # None: a step span without brickscope.step.number
     rank: str
     duration_ns: int
     tokens: int
@@ -216,7 +216,7 @@ class Report:
 
     sources: tuple[str, ...]
     spans: int  # rows analysed (after filters)
-    dropped: int  # spans a bound left out (live sessions)
+    dropped: int  # spans left out: beyond a live session's bound, or impossible
     clocks: tuple[str, ...]  # clocks that timed the bricks
     filters: dict[str, str]
     operations: tuple[OperationStats, ...]  # bricks, then kernels, each by self time
@@ -233,4 +233,6 @@ class Report:
     notes: tuple[str, ...] = ()  # about the input: a truncated file analysed up to its cut
     tiles: tuple[TileStats, ...] = ()  # per level, then per (brick, level)
     critical_paths: tuple[StepCriticalPath, ...] = ()  # of the `top` longest steps, by rank and step
+    #: ``dropped`` by reason: ``bound`` (a live session's), or a reason of brickscope.offline.impossible
+    dropped_by_reason: dict[str, int] = field(default_factory=dict)
     schema: int = SCHEMA

@@ -90,7 +90,7 @@ def throughput(table: Table) -> Throughput:
     ordered = sorted(rows, key=lambda r: (r[0], _rank_order(table.ranks[r[1]]), r[4]))
     stats = tuple(
         StepStats(
-            number, table.ranks[rank], duration, tokens, tokens / (duration / 1e9) if duration and tokens else 0.0
+            None if number < 0 else number, table.ranks[rank], duration, tokens, tokens / (duration / 1e9) if duration and tokens else 0.0
         )
         for number, rank, duration, tokens, _ in ordered
     )

@@ -99,8 +99,8 @@ class _Writer:
         lines = [f"**{head}**" if self.markdown else head]
         for note in report.notes:
             lines += self.note(self.name(note))
-        if report.dropped:
-            lines += self.note(f"{report.dropped} spans beyond the session's bound were not analysed")
+        if report.dropped_by_reason.get("bound"):
+            lines += self.note(f"{report.dropped_by_reason['bound']} spans beyond the session's bound were not analysed")
         lines += self.operations(report)
         lines += self.instances(report)
         lines += self.lanes(report)

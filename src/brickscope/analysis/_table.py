@@ -188,6 +188,8 @@ class Table:
     #: Spans that reached the table, spans left out because a bound was reached.
     rows: int = 0
     dropped: int = 0
+    #: Spans the readers left out as impossible, by reason (brickscope.offline.impossible).
+    impossible: dict[str, int] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     #: What the reader wants said about the input (a truncated file read up to its cut).
     notes: list[str] = field(default_factory=list)
@@ -250,6 +252,7 @@ class Table:
             self.streams,
             rows=be.count_true(mask),
             dropped=self.dropped,
+            impossible=self.impossible,
             sources=self.sources,
             notes=self.notes,
             _pending=(self, mask),
@@ -296,6 +299,7 @@ class TableBuilder:
         self._resources: dict[int, tuple[Any, int, str, tuple[str, ...]]] = {}
         self.sources: list[str] = []
         self.notes: list[str] = []
+        self.impossible: dict[str, int] = {}
 
     def add(self, span: Any, attributes: Any = None) -> None:
         """Add one ended span (``attributes``: its attributes, when the caller already holds them).
@@ -390,6 +394,7 @@ class TableBuilder:
                 list(self._streams),
                 rows=self.rows,
                 dropped=self.dropped,
+                impossible=dict(self.impossible),
                 sources=list(self.sources),
                 notes=list(self.notes),
                 launches=list(self._launches),

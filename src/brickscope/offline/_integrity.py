@@ -13,8 +13,10 @@ A span whose times cannot be true would turn into impossible figures (a total of
 ``-1759999999999.840 ms`` from a span that never ended), so a reader leaves it out
 and counts it under one of :data:`IMPOSSIBLE_REASONS`, in this order of precedence:
 
-- ``no_end_time``: the end is missing (0).
-- ``no_start_time``: the start is missing (0).
+- ``no_end_time``: the end is missing (0, OTLP's "unknown") and the start is not.
+- ``no_start_time``: the start is missing while the end is a wall-clock date (at or after
+  :data:`WALL_CLOCK_MIN_NS`): its duration would be the decades since 1970. Times that are
+  both small (a span at the clock's origin, as tests write them) are not judged.
 - ``end_before_start``: the end is earlier than the start.
 - ``negative_duration``: a duration attribute (``brickscope.brick.self_duration_ns``,
   ``brickscope.gpu.duration_ns``, ``brickscope.host.duration_ns``,
@@ -54,6 +56,9 @@ _WORDS = {
     NEGATIVE_DURATION: "negative duration attribute",
     INCONSISTENT_DURATION: "duration attribute disagreeing with end - start",
 }
+#: 2001-09-09 in nanoseconds since the Unix epoch: an end at or after it with no start is
+#: a span whose start was lost, not one that began in 1970.
+WALL_CLOCK_MIN_NS = 10**18
 #: How far ``brickscope.gpu.duration_ns`` may be from end - start: two ticks of the CUDA event
 #: clock (0.5 µs), so that a producer that rounded is not called impossible.
 GPU_DURATION_TOLERANCE_NS = 1000
@@ -64,9 +69,10 @@ _TILE_DURATIONS = tuple(TILE_DURATION_NS.format(level) for level in TILE_LEVELS)
 def impossible(start: int | None, end: int | None, attributes: Mapping[str, Any] | None) -> str | None:
     """The reason (one of :data:`IMPOSSIBLE_REASONS`) a span with these times and attributes cannot be
     true, or None when it can. Times are nanoseconds since the Unix epoch, 0 or None: absent."""
-    if not end:
+    start, end = start or 0, end or 0
+    if start and not end:
         return NO_END_TIME
-    if not start:
+    if not start and end >= WALL_CLOCK_MIN_NS:
         return NO_START_TIME
     if end < start:
         return END_BEFORE_START

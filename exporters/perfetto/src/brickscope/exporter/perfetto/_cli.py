@@ -80,6 +80,9 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _report_truncation(spans: Any) -> None:
+    """The stderr lines about what reading left out: impossible spans, a truncated tail."""
+    if spans.dropped:
+        print(spans.dropped_line(), file=sys.stderr)
     if spans.truncation is not None:
         print(
             f"{spans.truncation}; read the valid prefix ({spans.spans_read:,} spans, --allow-truncated)",

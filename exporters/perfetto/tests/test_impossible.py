@@ -1,0 +1,92 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Impossible spans in a .pftrace: left out, counted by reason, the same with the C accelerator
+and without it; a file of nothing else is refused."""
+
+from __future__ import annotations
+
+import pytest
+from pftrace_testlib import T0, THREAD, gpu_attributes, make_span
+
+from brickscope.exporter.perfetto import PerfettoSpanExporter, _annotations, _reader
+from brickscope.offline import TraceFileError, open_records, open_spans
+from brickscope.trace import attributes as A
+
+BRICK = {**THREAD, A.SCOPE_KIND: "brick", A.BRICK_NAME: "op", A.BRICK_CATEGORY: "other"}
+
+
+def _spans():
+    """Eleven spans, each 100 ns long: five possible, six impossible. (The writer clamps an end
+    before its start to the start, so such a span never reaches a .pftrace it writes.)"""
+    return [
+        make_span(1, "fine", T0, T0 + 100, attributes={**BRICK, A.BRICK_SELF_DURATION_NS: 100}),
+        make_span(2, "gpu fine", T0 + 200, T0 + 300, attributes=gpu_attributes(T0 + 150, 10, 100)),
+        # within the tolerance of 1000 ns: a producer that rounded
+        make_span(3, "gpu rounded", T0 + 400, T0 + 500, attributes=gpu_attributes(T0 + 350, 10, 1_100)),
+        make_span(4, "no attributes", T0 + 600, T0 + 700, attributes=THREAD),
+        make_span(5, "float self", T0 + 800, T0 + 900, attributes={**BRICK, A.BRICK_SELF_DURATION_NS: 50.5}),
+        make_span(7, "self above duration", T0 + 1_200, T0 + 1_300, attributes={**BRICK, A.BRICK_SELF_DURATION_NS: 101}),
+        make_span(8, "negative self", T0 + 1_400, T0 + 1_500, attributes={**BRICK, A.BRICK_SELF_DURATION_NS: -1}),
+        make_span(9, "gpu disagrees", T0 + 1_600, T0 + 1_700, attributes=gpu_attributes(T0 + 1_550, 10, 1_101)),
+        make_span(10, "negative host", T0 + 1_800, T0 + 1_900, attributes={**THREAD, A.HOST_DURATION_NS: -5}),
+        make_span(11, "negative tile", T0 + 2_000, T0 + 2_100, attributes={**THREAD, A.TILE_DURATION_NS.format("micro"): -1}),
+        make_span(12, "negative float gpu", T0 + 2_200, T0 + 2_300, attributes=gpu_attributes(T0 + 2_150, 10, -0.5)),
+    ]  # fmt: skip
+
+
+EXPECTED_DROPPED = {"inconsistent_duration": 2, "negative_duration": 4}
+EXPECTED_KEPT = ["fine", "gpu fine", "gpu rounded", "no attributes", "float self"]
+
+
+def _read_both(monkeypatch, fast, path):
+    """(names kept, dropped counts) with the accelerator, then without."""
+
+    def read():
+        with open_records(path) as stream:
+            names = [record[0] for record in stream]
+        return names, dict(stream.dropped)
+
+    for module in (_annotations, _reader):
+        monkeypatch.setattr(module, "_fast", fast)
+    accelerated = read()
+    for module in (_annotations, _reader):
+        monkeypatch.setattr(module, "_fast", None)
+    return accelerated, read()
+
+
+def _write(path, spans, batches=1):
+    with PerfettoSpanExporter(path) as exporter:
+        size = -(-len(spans) // batches)
+        for i in range(0, len(spans), size):
+            exporter.export(spans[i : i + size])
+    return path
+
+
+def test_impossible_spans_are_counted_by_reason_with_and_without_the_accelerator(fast, tmp_path, monkeypatch):
+    """Each impossible span is left out under its reason; both implementations agree."""
+    path = _write(tmp_path / "t.pftrace", _spans(), batches=2)
+    accelerated, python = _read_both(monkeypatch, fast, path)
+    assert accelerated == python == (EXPECTED_KEPT, EXPECTED_DROPPED)
+
+
+def test_spans_and_records_drop_the_same(tmp_path):
+    """open_spans drops what open_records drops (the reader's two outputs share the rule)."""
+    path = _write(tmp_path / "t.pftrace", _spans())
+    with open_spans(path) as spans:
+        names = [span.name for span in spans]
+    assert names == EXPECTED_KEPT and spans.dropped == EXPECTED_DROPPED
+    assert spans.dropped_line() == (
+        f"{path}: 6 impossible spans left out (4 with negative duration attribute,"
+        " 2 with duration attribute disagreeing with end - start)"
+    )
+
+
+def test_a_file_of_impossible_spans_is_refused(tmp_path):
+    """Nothing true to read: the end of the stream raises one error naming the file and the counts."""
+    path = _write(tmp_path / "t.pftrace", _spans()[5:])
+    with pytest.raises(TraceFileError) as error, open_records(path) as stream:
+        list(stream)
+    assert str(error.value) == (
+        f"{path}: every span is impossible (4 with negative duration attribute,"
+        " 2 with duration attribute disagreeing with end - start): refused"
+    )
+
