@@ -534,8 +534,10 @@ class TableBuilder:
             label = str(rank)
         else:  # no launcher rank: each process is its own rank
             service = attributes.get("service.name", "")
+            instance = attributes.get("service.instance.id")
             pid = attributes.get("process.pid")
-            label = " ".join(str(part) for part in (service, host and f"@{host}", pid and f"pid {pid}") if part)
+            parts = (service, instance and f"instance {instance}", host and f"@{host}", pid and f"pid {pid}")
+            label = " ".join(str(part) for part in parts if part)
             label = label or "process"
         code = self._rank_codes.get(label)
         if code is None:
