@@ -114,6 +114,8 @@ class Communication:
     devices: tuple[Exposure, ...]
     exposed_ns: int
     overlapped_ns: int
+    bottlenecks: tuple[str, ...] = ()  # operations holding at least bottleneck_ratio of their kind's self time
+    bottleneck_ratio: float = 0.10
 
 
 @dataclass(frozen=True)

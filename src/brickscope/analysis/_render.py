@@ -250,7 +250,8 @@ class _Writer:
             return lines + self.note("no communication bricks")
         lines += self.note(
             f"{comm.count} bricks, {_ms(comm.total_ns)} ms self time ({_share(comm.share)} of brick time);"
-            f" on GPUs {_ms(comm.exposed_ns)} ms exposed, {_ms(comm.overlapped_ns)} ms overlapped by compute"
+            f" on GPUs {_ms(comm.exposed_ns)} ms exposed, {_ms(comm.overlapped_ns)} ms overlapped by compute;"
+            f" bottlenecks (>= {_share(comm.bottleneck_ratio)}): {', '.join(map(self.name, comm.bottlenecks)) or 'none'}"
         )
         lines += self.table(
             ("operation", "kind", "count", "self ms", "share", "total ms"),

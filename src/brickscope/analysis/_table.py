@@ -74,11 +74,17 @@ COLUMNS: dict[str, str] = {
 #: Columns derived when the table is built.
 DERIVED = ("duration", "parent", "comm")
 
-#: A brick is communication when its category is this, or its name matches below.
+#: A brick is communication when its category is this, or its name holds a word below.
 COMMUNICATION_CATEGORY = "communication"
+#: The words, matched whole in the name lower-cased with its camelCase split at ``_``
+#: (``ncclAllReduce`` reads ``nccl_all_reduce``): a letter may not touch either end, so
+#: ``p2p_comm`` and ``all-gather`` match and ``common`` or ``sender`` do not. ``reduce``,
+#: ``gather`` and ``scatter`` alone are compute as often (a reduction, an embedding lookup).
 COMMUNICATION_NAME = re.compile(
-    r"all_?reduce|all_gather|reduce_scatter|all_to_all|broadcast|send|recv|nccl", re.IGNORECASE
+    r"(?<![a-z])(?:nccl|rccl|gloo|p2p|comms?|collectives?|all[_\-. ]?reduce|all[_\-. ]?gather"
+    r"|reduce[_\-. ]?scatter|all[_\-. ]?to[_\-. ]?allv?|broadcast|bcast|i?send|i?recv|sendrecv|barrier)(?![a-z])"
 )
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
 
 #: Bytes per element of common dtype names (numpy, torch and CUDA spellings).
 DTYPE_BYTES = {
@@ -114,8 +120,11 @@ _TYPECODES = {"int64": "q", "uint64": "Q", "float64": "d"}
 
 
 def is_communication(name: str, category: str) -> bool:
-    """The issue's rule: category ``communication`` or a collective's name in the brick name."""
-    return category == COMMUNICATION_CATEGORY or COMMUNICATION_NAME.search(name) is not None
+    """Category ``communication``, or a word of :data:`COMMUNICATION_NAME` in the name
+    (docs/analysis.md, "Communication")."""
+    if category == COMMUNICATION_CATEGORY:
+        return True
+    return COMMUNICATION_NAME.search(_CAMEL.sub("_", name).lower()) is not None
 
 
 @dataclass(frozen=True)
