@@ -119,7 +119,7 @@ class TestReport:
         target = tmp_path / "run.pftrace"
         assert main(["convert", str(source), "-o", str(target)]) == 0
         err = capsys.readouterr().err.splitlines()
-        assert err[0] == f"{source}: 1 impossible spans left out (1 with no start time)"
+        assert err[0] == f"{source}: 1 impossible span left out (1 with no start time)"
         assert err[1] == f"wrote 1 spans to {target}"
 
 

@@ -50,3 +50,21 @@ def test_describe_lists_reasons_in_their_order():
     assert describe_impossible(counts) == (
         "1,234 with no end time, 1 with duration attribute disagreeing with end - start"
     )
+
+
+def test_the_otlp_json_wrapper_warns_of_what_it_left_out(tmp_path, caplog):
+    """brickscope.otlp_json.read_spans yields the possible spans and logs one line for the rest."""
+    import json
+
+    from brickscope.otlp_json import read_spans
+
+    spans = [
+        {"traceId": "0" * 31 + "1", "spanId": f"{i:016x}", "name": f"s{i}", "startTimeUnixNano": str(T0), **end}
+        for i, end in ((1, {"endTimeUnixNano": str(T0 + 5)}), (2, {}))
+    ]
+    path = tmp_path / "spans.jsonl"
+    path.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}) + "\n")
+    assert [span.name for span in read_spans(path)] == ["s1"]
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"{path}: 1 impossible span left out (1 with no end time)"
+    ]

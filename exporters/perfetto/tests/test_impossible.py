@@ -90,3 +90,15 @@ def test_a_file_of_impossible_spans_is_refused(tmp_path):
         " 2 with duration attribute disagreeing with end - start): refused"
     )
 
+
+
+def test_the_list_reader_warns_of_what_it_left_out(tmp_path, caplog):
+    """read_spans (the older list API) leaves the same spans out and logs the line."""
+    from brickscope.exporter.perfetto import read_spans
+
+    path = _write(tmp_path / "t.pftrace", _spans())
+    assert [span.name for span in read_spans(path)] == EXPECTED_KEPT
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"{path}: 6 impossible spans left out (4 with negative duration attribute,"
+        " 2 with duration attribute disagreeing with end - start)"
+    ]

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ._errors import TraceFileError, one_line
+from ._errors import TraceFileError
 from ._formats import sniff
 from ._integrity import describe_impossible
 from ._source import ProgressCallback, TraceSource
@@ -54,12 +54,7 @@ class SpanStream(Iterator["ReadableSpan"]):
     def dropped_line(self) -> str | None:
         """One line naming the file and the impossible spans left out so far (what the
         offline commands print on stderr), or None when there were none."""
-        if not self.dropped:
-            return None
-        return one_line(
-            f"{self.path}: {sum(self.dropped.values()):,} impossible spans left out"
-            f" ({describe_impossible(self.dropped)})"
-        )
+        return self._source.dropped_line()
 
     def __iter__(self) -> SpanStream:
         return self

@@ -21,7 +21,8 @@ import zlib
 from collections.abc import Callable
 from typing import IO
 
-from ._errors import TraceFileError
+from ._errors import TraceFileError, one_line
+from ._integrity import describe_impossible
 
 #: Called as ``progress(bytes_read, total_bytes)`` (sizes on disk) while a file is read.
 ProgressCallback = Callable[[int, int], None]
@@ -96,6 +97,14 @@ class TraceSource:
     def drop(self, reason: str) -> None:
         """Count a span the reader leaves out as impossible (see ``brickscope.offline.impossible``)."""
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+    def dropped_line(self) -> str | None:
+        """One line naming the file and the impossible spans left out so far, or None."""
+        count = sum(self.dropped.values())
+        if not count:
+            return None
+        spans = "span" if count == 1 else "spans"
+        return one_line(f"{self.path}: {count:,} impossible {spans} left out ({describe_impossible(self.dropped)})")
 
     @property
     def bytes_read(self) -> int:

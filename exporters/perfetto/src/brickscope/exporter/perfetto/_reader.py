@@ -466,7 +466,8 @@ def read_spans(path: str | os.PathLike[str], *, progress: ProgressCallback | Non
         progress: called as ``progress(bytes_read, total_bytes)`` while reading.
 
     Returns:
-        Ended spans, ordered by start time.
+        Ended spans, ordered by start time; impossible spans are left out, with a
+        warning naming the file and how many.
 
     Raises:
         TraceFileError: (a ValueError) the file is not a Perfetto protobuf
@@ -479,6 +480,8 @@ def read_spans(path: str | os.PathLike[str], *, progress: ProgressCallback | Non
             raise source.error("not a Perfetto trace (it does not start with a trace packet)")
         spans = list(read_pftrace(source))
         source.report_progress(final=True)
+        if source.dropped:
+            _logger.warning("%s", source.dropped_line())
     finally:
         source.close()
     spans.sort(key=lambda span: (span.start_time, span.end_time))
