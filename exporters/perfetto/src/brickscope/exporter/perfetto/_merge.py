@@ -41,7 +41,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from brickscope.offline import AtomicOutput, TraceFileError, TraceSource, UsageError, open_records
+from brickscope.offline import AtomicOutput, TraceFileError, TraceSource, UsageError
 
 from ._reader import _SYNTHETIC_ID_BASE, PFTRACE, PacketError, iter_packets
 from ._schema import pb
@@ -234,13 +234,16 @@ def _first_spans(path: str) -> list[tuple[int, int, int, str]]:
     order; none when it cannot be read as spans (a trace of another producer: its packets are
     copied all the same)."""
     try:
-        with open_records(path, allow_truncated=True) as records:
-            return [
-                (record[3], record[1], record[2], record[0])
-                for _, record in zip(range(FINGERPRINT_SPANS), records)
-            ]
+        source = _open_input(path, allow_truncated=True)
+    except (TraceFileError, OSError):  # copying it says why
+        return []
+    try:
+        records = PFTRACE.read_records(source)
+        return [(r[3], r[1], r[2], r[0]) for _, r in zip(range(FINGERPRINT_SPANS), records)]
     except (TraceFileError, OSError):
         return []
+    finally:
+        source.close()
 
 
 def _open_input(path: str, allow_truncated: bool) -> TraceSource:
