@@ -5,6 +5,8 @@ and without it; a file of nothing else is refused."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pftrace_testlib import T0, THREAD, gpu_attributes, make_span
 
 from brickscope.exporter.perfetto import PerfettoSpanExporter, _annotations, _reader
@@ -102,3 +104,41 @@ def test_the_list_reader_warns_of_what_it_left_out(tmp_path, caplog):
         f"{path}: 6 impossible spans left out (4 with negative duration attribute,"
         " 2 with duration attribute disagreeing with end - start)"
     ]
+
+
+_DURATION = st.one_of(st.none(), st.integers(-200, 3_000), st.floats(-10.0, 3_000.0, allow_nan=False))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    shapes=st.lists(
+        st.tuples(st.integers(0, 1_500), _DURATION, _DURATION, _DURATION, _DURATION, st.booleans()), min_size=1, max_size=12
+    )
+)
+def test_generated_spans_count_the_same_both_ways(fast, tmp_path_factory, monkeypatch, shapes):
+    """Spans of any length with duration attributes of any sign and type: the C and the Python
+    reading keep and drop the same spans, and exactly those the rule judges impossible."""
+    spans, expected = [], {}
+    for i, (length, self_ns, gpu_ns, host_ns, tile_ns, gpu) in enumerate(shapes):
+        start = T0 + 10_000 * i
+        values = {A.BRICK_SELF_DURATION_NS: self_ns, A.HOST_DURATION_NS: host_ns, A.TILE_DURATION_NS.format("macro"): tile_ns}
+        attributes = {**(gpu_attributes(start - 5, 3, 0) if gpu else BRICK), **{k: v for k, v in values.items() if v is not None}}
+        attributes.pop(A.GPU_DURATION_NS, None)
+        if gpu and gpu_ns is not None:
+            attributes[A.GPU_DURATION_NS] = gpu_ns
+        spans.append(make_span(i + 1, f"s{i}", start, start + length, attributes=attributes))
+    from brickscope.offline import impossible
+
+    reasons = [impossible(s.start_time, s.end_time, s.attributes) for s in spans]
+    for reason in filter(None, reasons):
+        expected[reason] = expected.get(reason, 0) + 1
+    kept = [s.name for s, reason in zip(spans, reasons) if reason is None]
+    path = _write(tmp_path_factory.mktemp("gen") / "t.pftrace", spans)
+    if not kept:
+        for module in (_annotations, _reader):
+            monkeypatch.setattr(module, "_fast", fast)
+        with pytest.raises(TraceFileError, match="every span is impossible"), open_records(path) as stream:
+            list(stream)
+        return
+    accelerated, python = _read_both(monkeypatch, fast, path)
+    assert accelerated == python == (kept, expected)
