@@ -14,6 +14,7 @@ The format is described in ``brickscope.offline._otlp_json``;
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 
@@ -23,6 +24,8 @@ from brickscope.offline import ProgressCallback, TraceSource
 from brickscope.offline._formats import OTLP_JSON, sniff
 
 __all__ = ["read_spans"]
+
+_logger = logging.getLogger(__name__)
 
 
 def read_spans(
@@ -38,7 +41,8 @@ def read_spans(
 
     Raises:
         TraceFileError: (a ValueError) the file is not OTLP JSON; the message
-            names the file, the line and the field.
+            names the file, the line and the field. Impossible spans are left out,
+            with a warning naming the file and how many.
         OSError: the file cannot be read.
     """
     source = TraceSource(os.fspath(path), progress=progress)
@@ -48,5 +52,7 @@ def read_spans(
             raise source.error(f"not OTLP JSON (this is a {found.name} file: read it with brickscope.offline.open_spans)")
         yield from found.read(source)
         source.report_progress(final=True)
+        if source.dropped:
+            _logger.warning("%s", source.dropped_line())
     finally:
         source.close()

@@ -361,9 +361,9 @@ class TestClocks:
         """Two files whose clocks read in any order merge without a clock going backwards in one set."""
         from brickscope.exporter.perfetto import merge_traces
 
-        for name in ("late", "early"):
+        for span_id, name in enumerate(("late", "early"), 1):  # other spans: the same ones would be refused
             with PerfettoSpanExporter(tmp_path / f"{name}.pftrace") as exporter:
-                exporter.export([make_span(1, "s", T0, T0 + 5, attributes=dict(THREAD))])
+                exporter.export([make_span(span_id, "s", T0, T0 + 5, attributes=dict(THREAD))])
         merge_traces([tmp_path / "early.pftrace", tmp_path / "late.pftrace"], tmp_path / "all.pftrace")
         assert decode_trace(tmp_path / "all.pftrace").errors == []
 

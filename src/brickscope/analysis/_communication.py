@@ -4,7 +4,11 @@ how much of it compute on the same device hid (overlapped) or did not (exposed).
 
 On each device, with C the union of its GPU-timed communication intervals and K
 the union of its other GPU-timed work: overlapped = ``|C n K|`` and exposed =
-``|C| - |C n K|``. Host-timed communication is in the totals but has no exposure.
+``|C| - |C n K|``. Host-timed communication is in the totals but has no exposure. A communication
+operation whose share of its kind's self time is at least ``min_ratio`` (``brickscope
+report --comm-min-ratio``, default :data:`MIN_RATIO`) is a bottleneck: among the bricks, or
+the kernels when no brick is communication. What counts as
+communication is the table's rule (``is_communication`` in ``_table``: the ``comm`` column).
 """
 
 from __future__ import annotations
@@ -13,9 +17,15 @@ from brickscope.analysis._intervals import concat, union_ns
 from brickscope.analysis._model import Communication, CommunicationOp, Exposure, OperationStats
 from brickscope.analysis._table import KIND_BRICK, KIND_KERNEL, Table
 
+#: The default smallest share of its kind's self time that makes a communication operation a bottleneck.
+MIN_RATIO = 0.10
 
-def communication(table: Table, operations: tuple[OperationStats, ...]) -> Communication:
-    """Communication totals per operation (from the per-operation statistics) and exposure per device."""
+
+def communication(
+    table: Table, operations: tuple[OperationStats, ...], min_ratio: float = MIN_RATIO
+) -> Communication:
+    """Communication totals per operation (from the per-operation statistics), the bottlenecks
+    (operations holding at least ``min_ratio`` of their kind's self time) and exposure per device."""
     communicating = {(op.kind, op.name, op.category) for op in table.operations if op.communication}
     selves = {kind: sum(s.self_ns for s in operations if s.kind == kind) for kind in ("brick", "kernel")}
     ops = tuple(
@@ -36,6 +46,8 @@ def communication(table: Table, operations: tuple[OperationStats, ...]) -> Commu
         devices=devices,
         exposed_ns=sum(d.exposed_ns for d in devices),
         overlapped_ns=sum(d.overlapped_ns for d in devices),
+        bottlenecks=tuple(op.name for op in (bricks or ops) if op.share >= min_ratio),
+        bottleneck_ratio=min_ratio,
     )
 
 

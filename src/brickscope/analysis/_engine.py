@@ -21,6 +21,8 @@ def analyse(
     ranks: list[str] | None = None,
     devices: list[int] | None = None,
     peaks: dict[str, Peak] | None = None,
+    comm_min_ratio: float = _communication.MIN_RATIO,
+    memory_min_share: float = _memory.HOTSPOT_SHARE,
 ) -> Report:
     """Every section of the report, computed from ``table``.
 
@@ -31,11 +33,19 @@ def analyse(
         ranks: keep these ranks (labels as in the report).
         devices: keep GPU-timed spans of these device ordinals.
         peaks: device-name substring (or ``"*"``) -> Peak, before the built-in table.
+        comm_min_ratio: the smallest share of its kind's self time that makes a communication
+            operation a bottleneck, in [0, 1].
+        memory_min_share: the smallest share of its kind's bytes that makes an operation a
+            memory hotspot, in [0, 1].
 
     Raises:
         AnalysisError: a filter names a rank or device the trace lacks, or leaves no
             brick or kernel span.
+        ValueError: ``comm_min_ratio`` or ``memory_min_share`` is not in [0, 1].
     """
+    for name, value in (("comm_min_ratio", comm_min_ratio), ("memory_min_share", memory_min_share)):
+        if not 0 <= value <= 1:  # NaN fails too
+            raise ValueError(f"{name} {value}: expected a number between 0 and 1")
     table, filters = select(table, steps=steps, ranks=ranks, devices=devices)
     be = table.backend
     found = _operations.find_stalls(table)
@@ -47,7 +57,8 @@ def analyse(
     return Report(
         sources=tuple(table.sources),
         spans=table.rows,
-        dropped=table.dropped,
+        dropped=table.dropped + sum(table.impossible.values()),
+        dropped_by_reason={**({"bound": table.dropped} if table.dropped else {}), **table.impossible},
         clocks=tuple(name for name, count in zip(CLOCKS, clock_counts) if count),
         filters=filters,
         operations=operations,
@@ -57,8 +68,8 @@ def analyse(
         devices=device_lanes,
         ranks=rank_lanes,
         load_balance={"devices": _placement.balance(device_lanes), "ranks": _placement.balance(rank_lanes)},
-        communication=_communication.communication(table, operations),
-        memory=_memory.memory(table),
+        communication=_communication.communication(table, operations, comm_min_ratio),
+        memory=_memory.memory(table, memory_min_share),
         roofline=_roofline.roofline(table, peaks),
         throughput=_placement.throughput(table),
         notes=tuple(table.notes),

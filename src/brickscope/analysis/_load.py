@@ -61,7 +61,9 @@ def load(
 
     Raises:
         AnalysisError: an input is missing, unreadable, empty, not a brickscope
-            trace, truncated or corrupt; or no input holds a brick or kernel span.
+            trace, truncated or corrupt, or holds only impossible spans; or no input
+            holds a brick or kernel span. Impossible spans of a file that has others
+            are left out, counted in ``Table.impossible`` and named in ``Table.notes``.
     """
     if not inputs:
         raise AnalysisError("brickscope: nothing to analyse (no input given)")
@@ -127,6 +129,10 @@ def _load_files(
                 builder.add_records(spans)
             if spans.truncation is not None:
                 builder.notes.append(f"{spans.truncation}; analysed the valid prefix ({spans.spans_read:,} spans)")
+            if spans.dropped:
+                for reason, count in spans.dropped.items():
+                    builder.impossible[reason] = builder.impossible.get(reason, 0) + count
+                builder.notes.append(spans.dropped_line())
         except (ValueError, OSError, EOFError) as exc:
             raise AnalysisError(_one_line(path, exc)) from None
         if builder.rows == rows:

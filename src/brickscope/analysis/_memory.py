@@ -4,7 +4,8 @@
 
 The total counts bricks when any brick carries bytes, else kernels (a brick's
 bytes usually include its kernels'). An operation is a hotspot when it holds at
-least :data:`HOTSPOT_SHARE` of its kind's bytes.
+least ``min_share`` of its kind's bytes (``brickscope report --memory-min-share``, default
+:data:`HOTSPOT_SHARE`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from brickscope.analysis._table import KIND_BRICK, KIND_KERNEL, Table
 HOTSPOT_SHARE = 0.10
 
 
-def memory(table: Table) -> Memory:
+def memory(table: Table, min_share: float = HOTSPOT_SHARE) -> Memory:
+    """Bytes per operation, the peak instance, and the hotspots at ``min_share`` and above."""
     be = table.backend
     carrying = table.select(
         be.mask_and(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL)), be.mask_range(table["bytes"], 1, None))
@@ -47,6 +49,6 @@ def memory(table: Table) -> Memory:
         peak=peak,
         peak_bytes=be.item(carrying["bytes"], peak_rows[0]) if peak_rows else 0,
         operations=tuple(ops),
-        hotspots=tuple(m.name for m in ops if m.kind == counted and m.share >= HOTSPOT_SHARE),
-        hotspot_share=HOTSPOT_SHARE,
+        hotspots=tuple(m.name for m in ops if m.kind == counted and m.share >= min_share),
+        hotspot_share=min_share,
     )

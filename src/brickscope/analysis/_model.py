@@ -156,6 +156,8 @@ class Communication:
     devices: tuple[Exposure, ...]
     exposed_ns: int
     overlapped_ns: int
+    bottlenecks: tuple[str, ...] = ()  # operations holding at least bottleneck_ratio of their kind's self time
+    bottleneck_ratio: float = 0.10
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,7 @@ class RooflinePoint:
 
 @dataclass(frozen=True)
 class StepStats:
-    step: int
+    step: int | None  # None: a step span without brickscope.step.number
     rank: str
     duration_ns: int
     tokens: int
@@ -262,7 +264,7 @@ class Report:
 
     sources: tuple[str, ...]
     spans: int  # rows analysed (after filters)
-    dropped: int  # spans a bound left out (live sessions)
+    dropped: int  # spans left out: beyond a live session's bound, or impossible
     clocks: tuple[str, ...]  # clocks that timed the bricks
     filters: dict[str, str]
     operations: tuple[OperationStats, ...]  # bricks, then kernels, each by self time
@@ -281,4 +283,6 @@ class Report:
     critical_paths: tuple[StepCriticalPath, ...] = ()  # of the `top` longest steps, by rank and step
     host: HostTime | None = None  # None: no overhead or gc span in the trace
     stalls: tuple[Stall, ...] = ()  # the `top` stalls that cost most
+    #: ``dropped`` by reason: ``bound`` (a live session's), or a reason of brickscope.offline.impossible
+    dropped_by_reason: dict[str, int] = field(default_factory=dict)
     schema: int = SCHEMA

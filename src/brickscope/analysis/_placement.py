@@ -95,7 +95,7 @@ def throughput(table: Table) -> Throughput:
     for number, rank, duration, tokens, start in ordered:
         wall = walls[(number, rank, start)]
         rate = tokens / (wall / 1e9) if wall and tokens else 0.0
-        stats.append(StepStats(number, table.ranks[rank], duration, tokens, rate, wall))
+        stats.append(StepStats(None if number < 0 else number, table.ranks[rank], duration, tokens, rate, wall))
     total_ns = sum(s.duration_ns for s in stats)
     wall_ns = sum(s.wall_ns for s in stats)
     tokens = sum(s.tokens for s in stats)

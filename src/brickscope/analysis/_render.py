@@ -114,8 +114,8 @@ class _Writer:
         lines = [f"**{head}**" if self.markdown else head]
         for note in report.notes:
             lines += self.note(self.name(note))
-        if report.dropped:
-            lines += self.note(f"{report.dropped} spans beyond the session's bound were not analysed")
+        if report.dropped_by_reason.get("bound"):
+            lines += self.note(f"{report.dropped_by_reason['bound']} spans beyond the session's bound were not analysed")
         lines += self.operations(report)
         lines += self.instances(report)
         lines += self.stalls(report)
@@ -321,7 +321,8 @@ class _Writer:
         lines = self.title("Communication")
         lines += self.note(
             f"{comm.count} bricks, {_ms(comm.total_ns)} ms self time ({_share(comm.share)} of brick time);"
-            f" on GPUs {_ms(comm.exposed_ns)} ms exposed, {_ms(comm.overlapped_ns)} ms overlapped by compute"
+            f" on GPUs {_ms(comm.exposed_ns)} ms exposed, {_ms(comm.overlapped_ns)} ms overlapped by compute;"
+            f" bottlenecks (>= {_share(comm.bottleneck_ratio)}): {', '.join(map(self.name, comm.bottlenecks)) or 'none'}"
         )
         lines += self.table(
             ("operation", "kind", "count", "self ms", "share", "total ms"),

@@ -75,11 +75,17 @@ COLUMNS: dict[str, str] = {
 #: Columns derived when the table is built.
 DERIVED = ("duration", "parent", "comm")
 
-#: A brick is communication when its category is this, or its name matches below.
+#: A brick is communication when its category is this, or its name holds a word below.
 COMMUNICATION_CATEGORY = "communication"
+#: The words, matched whole in the name lower-cased with its camelCase split at ``_``
+#: (``ncclAllReduce`` reads ``nccl_all_reduce``): a letter may not touch either end, so
+#: ``p2p_comm`` and ``all-gather`` match and ``common`` or ``sender`` do not. ``reduce``,
+#: ``gather`` and ``scatter`` alone are compute as often (a reduction, an embedding lookup).
 COMMUNICATION_NAME = re.compile(
-    r"all_?reduce|all_gather|reduce_scatter|all_to_all|broadcast|send|recv|nccl", re.IGNORECASE
+    r"(?<![a-z])(?:nccl|rccl|gloo|p2p|comms?|collectives?|all[_\-. ]?reduce|all[_\-. ]?gather"
+    r"|reduce[_\-. ]?scatter|all[_\-. ]?to[_\-. ]?allv?|broadcast|bcast|i?send|i?recv|sendrecv|barrier)(?![a-z])"
 )
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
 
 #: Bytes per element of common dtype names (numpy, torch and CUDA spellings).
 DTYPE_BYTES = {
@@ -115,8 +121,11 @@ _TYPECODES = {"int64": "q", "uint64": "Q", "float64": "d"}
 
 
 def is_communication(name: str, category: str) -> bool:
-    """The issue's rule: category ``communication`` or a collective's name in the brick name."""
-    return category == COMMUNICATION_CATEGORY or COMMUNICATION_NAME.search(name) is not None
+    """Category ``communication``, or a word of :data:`COMMUNICATION_NAME` in the name
+    (docs/analysis.md, "Communication")."""
+    if category == COMMUNICATION_CATEGORY:
+        return True
+    return COMMUNICATION_NAME.search(_CAMEL.sub("_", name).lower()) is not None
 
 
 @dataclass(frozen=True)
@@ -195,6 +204,8 @@ class Table:
     #: Spans that reached the table, spans left out because a bound was reached.
     rows: int = 0
     dropped: int = 0
+    #: Spans the readers left out as impossible, by reason (brickscope.offline.impossible).
+    impossible: dict[str, int] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     #: What the reader wants said about the input (a truncated file read up to its cut).
     notes: list[str] = field(default_factory=list)
@@ -257,6 +268,7 @@ class Table:
             self.streams,
             rows=be.count_true(mask),
             dropped=self.dropped,
+            impossible=self.impossible,
             sources=self.sources,
             notes=self.notes,
             _pending=(self, mask),
@@ -303,6 +315,7 @@ class TableBuilder:
         self._resources: dict[int, tuple[Any, int, str, tuple[str, ...]]] = {}
         self.sources: list[str] = []
         self.notes: list[str] = []
+        self.impossible: dict[str, int] = {}
 
     def add(self, span: Any, attributes: Any = None) -> None:
         """Add one ended span (``attributes``: its attributes, when the caller already holds them).
@@ -398,6 +411,7 @@ class TableBuilder:
                 list(self._streams),
                 rows=self.rows,
                 dropped=self.dropped,
+                impossible=dict(self.impossible),
                 sources=list(self.sources),
                 notes=list(self.notes),
                 launches=list(self._launches),
@@ -537,8 +551,10 @@ class TableBuilder:
             label = str(rank)
         else:  # no launcher rank: each process is its own rank
             service = attributes.get("service.name", "")
+            instance = attributes.get("service.instance.id")
             pid = attributes.get("process.pid")
-            label = " ".join(str(part) for part in (service, host and f"@{host}", pid and f"pid {pid}") if part)
+            parts = (service, instance and f"instance {instance}", host and f"@{host}", pid and f"pid {pid}")
+            label = " ".join(str(part) for part in parts if part)
             label = label or "process"
         code = self._rank_codes.get(label)
         if code is None:

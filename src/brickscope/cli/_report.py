@@ -22,10 +22,12 @@ import os
 import sys
 from typing import Any
 
+from brickscope.analysis._communication import MIN_RATIO
 from brickscope.analysis._diff import ALPHA, MIN_CHANGE_PCT, compare
 from brickscope.analysis._divergence import divergence
 from brickscope.analysis._engine import analyse, select
 from brickscope.analysis._load import AnalysisError, load
+from brickscope.analysis._memory import HOTSPOT_SHARE
 from brickscope.analysis._peaks import Peak
 from brickscope.analysis._render import FORMATS, render, render_comparison
 from brickscope.cli import EXIT_BAD_INPUT, EXIT_OK, UsageError
@@ -53,6 +55,18 @@ def register_report(subparsers: Any) -> None:
             "roofline peak for devices whose name contains NAME ('*': any device, host included),"
             " e.g. H100=989e12,3.35e12"
         ),
+    )
+    parser.add_argument(
+        "--comm-min-ratio",
+        default=str(MIN_RATIO),
+        metavar="R",
+        help=f"communication operations holding at least this share of self time are bottlenecks ({MIN_RATIO})",
+    )
+    parser.add_argument(
+        "--memory-min-share",
+        default=str(HOTSPOT_SHARE),
+        metavar="S",
+        help=f"operations holding at least this share of the bytes are memory hotspots ({HOTSPOT_SHARE})",
     )
     parser.set_defaults(func=run_report)
 
@@ -219,9 +233,14 @@ def run_report(args: argparse.Namespace) -> int:
         peaks = dict(_peak(text) for text in args.peak)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    comm_min_ratio = _fraction("--comm-min-ratio", args.comm_min_ratio)
+    memory_min_share = _fraction("--memory-min-share", args.memory_min_share)
     try:
         table = _load(args, args.inputs)
-        report = analyse(table, top=args.top, steps=args.step, ranks=args.rank, devices=args.device, peaks=peaks)
+        report = analyse(
+            table, top=args.top, steps=args.step, ranks=args.rank, devices=args.device, peaks=peaks,
+            comm_min_ratio=comm_min_ratio, memory_min_share=memory_min_share,
+        )  # fmt: skip
     except AnalysisError as exc:
         return _fail(args, exc)
     text = render(report, args.format)
@@ -256,6 +275,17 @@ def _positive(text: str) -> int:
         value = 0
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
+    return value
+
+
+def _fraction(option: str, text: str) -> float:
+    """A share in [0, 1] given to ``option``; UsageError (one line, exit 2) otherwise."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1:
+        raise UsageError(f"{option} {text!r}: expected a number between 0 and 1 (0.1 is 10%)")
     return value
 
 

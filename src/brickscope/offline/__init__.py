@@ -17,10 +17,17 @@ commands) reads through :func:`open_spans`, feeds exporters through
 :func:`replay`, and writes its outputs through :class:`AtomicOutput`; a format
 beyond OTLP JSON is added by registering a :class:`TraceFormat` under the
 ``brickscope.readers`` entry-point group. Every command's ``--step`` is read by
-:func:`step_argument` (``N``, ``A:B``, ``A:``, ``:B``).
+:func:`step_argument` (``N``, ``A:B``, ``A:``, ``:B``). Every reader leaves out spans that
+cannot be true (:func:`impossible`) and counts them by reason in ``SpanStream.dropped``.
 """
 
 from brickscope.offline._errors import TraceFileError, UsageError, one_line
+from brickscope.offline._integrity import (
+    GPU_DURATION_TOLERANCE_NS,
+    IMPOSSIBLE_REASONS,
+    describe_impossible,
+    impossible,
+)
 from brickscope.offline._formats import READERS_GROUP, SpanRecord, TraceFormat, span_record
 from brickscope.offline._open import SpanStream, open_records, open_spans
 from brickscope.offline._output import AtomicOutput, OutputError, check_output, write_atomically
@@ -29,6 +36,8 @@ from brickscope.offline._source import ProgressCallback, TraceSource
 from brickscope.offline._steps import StepRange, describe_steps, parse_steps, step_argument
 
 __all__ = [
+    "GPU_DURATION_TOLERANCE_NS",
+    "IMPOSSIBLE_REASONS",
     "READERS_GROUP",
     "AtomicOutput",
     "OutputError",
@@ -42,7 +51,9 @@ __all__ = [
     "TraceSource",
     "UsageError",
     "check_output",
+    "describe_impossible",
     "describe_steps",
+    "impossible",
     "one_line",
     "open_records",
     "open_spans",

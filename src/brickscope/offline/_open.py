@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ._errors import TraceFileError
 from ._formats import sniff
+from ._integrity import describe_impossible
 from ._source import ProgressCallback, TraceSource
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ class SpanStream(Iterator["ReadableSpan"]):
         truncation: when the file was cut short and ``allow_truncated`` was
             given, the error that would have been raised (its ``offset`` or
             ``line`` says where the valid prefix ends); None otherwise.
+        dropped: impossible spans left out so far, by reason (see
+            :func:`~brickscope.offline.impossible`).
     """
 
     def __init__(self, source: TraceSource, format_name: str, spans: Iterator[ReadableSpan]) -> None:
@@ -36,6 +39,7 @@ class SpanStream(Iterator["ReadableSpan"]):
         self.format = format_name
         self.spans_read = 0
         self.truncation: TraceFileError | None = None
+        self.dropped = source.dropped
 
     @property
     def bytes_read(self) -> int:
@@ -47,6 +51,11 @@ class SpanStream(Iterator["ReadableSpan"]):
         """The size of the file on disk."""
         return self._source.total
 
+    def dropped_line(self) -> str | None:
+        """One line naming the file and the impossible spans left out so far (what the
+        offline commands print on stderr), or None when there were none."""
+        return self._source.dropped_line()
+
     def __iter__(self) -> SpanStream:
         return self
 
@@ -57,6 +66,10 @@ class SpanStream(Iterator["ReadableSpan"]):
             self.truncation = self._source.truncation
             self._source.report_progress(final=True)
             self.close()
+            if not self.spans_read and self.dropped:  # nothing in the file can be true
+                raise self._source.error(
+                    f"every span is impossible ({describe_impossible(self.dropped)}): refused"
+                ) from None
             raise
         except RecursionError:
             self.close()
@@ -109,7 +122,9 @@ def open_spans(
     Raises:
         TraceFileError: here, when the file is empty or in no known format;
             while iterating, when it is corrupt, or truncated and
-            ``allow_truncated`` is false. ``str(error)`` is one line naming the
+            ``allow_truncated`` is false, or at its end when every span in it
+            was impossible (a span that cannot be true is otherwise left out and
+            counted in ``dropped``). ``str(error)`` is one line naming the
             file, the offset or line when known, and the problem.
         OSError: the file cannot be opened or read.
     """

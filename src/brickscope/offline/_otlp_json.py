@@ -37,7 +37,9 @@ attribute whose value is empty is left out). Dropped-attribute, -event and -link
 counts are kept (``span.dropped_attributes`` ...). The parent is remote when the
 span's ``flags`` say so (``SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK``).
 
-Malformed input raises ``TraceFileError`` naming the file, the line and the field.
+Malformed input raises ``TraceFileError`` naming the file, the line and the field. A span
+whose times cannot be true (no end time, an end before its start: ``_integrity``) is left
+out and counted in ``source.dropped``.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
+from ._integrity import impossible
 from ._source import TraceSource
 
 
@@ -215,7 +218,8 @@ def _read_document(source: TraceSource, data: bytes) -> Iterator[ReadableSpan]:
 
 
 def _spans_at(source: TraceSource, line: int | None, prefix: str, request: Any) -> Iterator[ReadableSpan]:
-    """Spans of one request, errors located as ``path:line: field: message``."""
+    """Spans of one request, errors located as ``path:line: field: message``; impossible
+    spans left out and counted in ``source.dropped``."""
     try:
         spans = _request_spans(request)
     except _Bad as bad:
@@ -227,7 +231,14 @@ def _spans_at(source: TraceSource, line: int | None, prefix: str, request: Any) 
         raise source.error(what, line=line) from None
     except RecursionError:
         raise source.error("attribute values nested too deeply to read", line=line) from None
-    return iter(spans)
+    kept = []
+    for span in spans:
+        reason = impossible(span.start_time, span.end_time, span.attributes)
+        if reason is None:
+            kept.append(span)
+        else:
+            source.drop(reason)
+    return iter(kept)
 
 
 def _request_spans(request: Any) -> list[ReadableSpan]:

@@ -21,7 +21,8 @@ import zlib
 from collections.abc import Callable
 from typing import IO
 
-from ._errors import TraceFileError
+from ._errors import TraceFileError, one_line
+from ._integrity import describe_impossible
 
 #: Called as ``progress(bytes_read, total_bytes)`` (sizes on disk) while a file is read.
 ProgressCallback = Callable[[int, int], None]
@@ -47,6 +48,7 @@ class TraceSource:
         compressed: whether ``stream`` is decompressed gzip.
         allow_truncated: whether a file cut short is read up to the cut.
         truncation: the cut, once a reader (or the decompressor) found one.
+        dropped: impossible spans the reader left out, by reason (``brickscope.offline.IMPOSSIBLE_REASONS``).
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class TraceSource:
         self.path = path
         self.allow_truncated = allow_truncated
         self.truncation: TraceFileError | None = None
+        self.dropped: dict[str, int] = {}
         self._progress = progress
         self._reported = -1
         self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
@@ -94,6 +97,18 @@ class TraceSource:
             )
         if self.truncation is None:
             self.truncation = error
+
+    def drop(self, reason: str) -> None:
+        """Count a span the reader leaves out as impossible (see ``brickscope.offline.impossible``)."""
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+    def dropped_line(self) -> str | None:
+        """One line naming the file and the impossible spans left out so far, or None."""
+        count = sum(self.dropped.values())
+        if not count:
+            return None
+        spans = "span" if count == 1 else "spans"
+        return one_line(f"{self.path}: {count:,} impossible {spans} left out ({describe_impossible(self.dropped)})")
 
     @property
     def bytes_read(self) -> int:

@@ -91,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
     if not exporter.force_flush():
         raise OSError(f"cannot write {output} (see the log above)")
     exporter.shutdown()  # nothing left to write: only closes
+    if spans.dropped:
+        print(spans.dropped_line(), file=sys.stderr)
     if spans.truncation is not None:
         print(f"{spans.truncation}; folded the valid prefix ({spans.spans_read:,} spans)", file=sys.stderr)
     written = output + (f" and {args.speedscope}" if args.speedscope else "")

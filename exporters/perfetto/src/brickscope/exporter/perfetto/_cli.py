@@ -80,6 +80,9 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _report_truncation(spans: Any) -> None:
+    """The stderr lines about what reading left out: impossible spans, a truncated tail."""
+    if spans.dropped:
+        print(spans.dropped_line(), file=sys.stderr)
     if spans.truncation is not None:
         print(
             f"{spans.truncation}; read the valid prefix ({spans.spans_read:,} spans, --allow-truncated)",
@@ -105,7 +108,8 @@ def _merge(args: argparse.Namespace) -> int:
         print(f"{cut}; copied the packets before the cut (--allow-truncated)", file=sys.stderr)
     print(
         f"merged {sum(result.packets):,} packets from {len(args.inputs)} files into {os.fspath(args.output)}"
-        f" ({result.renamed_sequences} sequence ids and {result.renamed_tracks} track uuids renamed)",
+        f" ({result.renamed_sequences} sequence ids, {result.renamed_tracks} track uuids and"
+        f" {result.renamed_processes} process ids renamed)",
         file=sys.stderr,
     )
     return 0

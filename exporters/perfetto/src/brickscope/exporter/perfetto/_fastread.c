@@ -16,6 +16,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 #include <structmember.h>
@@ -724,14 +725,17 @@ static struct {
     int ready;
     PyObject *resource; /* _reader._resource */
     Py_ssize_t hold, max_waiting, cache_limit;
+    long long gpu_tolerance; /* brickscope.offline's GPU_DURATION_TOLERANCE_NS */
     unsigned long long max_packet, cleared_flag, clock_realtime;
-    PyObject *meta_name, *host_start, *host_duration, *gpu_duration;
+    PyObject *meta_name, *host_start, *host_duration, *gpu_duration, *self_duration;
+    PyObject *tile_durations; /* a tuple of str */
+    PyObject *impossible;     /* brickscope.offline.impossible */
 } cfg;
 
 static PyObject *s_span_id, *s_implied, *s_parent_span_id, *s_gpu_flag, *s_event_names, *s_correlations,
     *s_tables, *s_decoded, *s_clocks, *s_default_clock, *s_sequences, *s_open, *s_ended, *s_launches, *s_events,
     *s_released, *s_resources, *s_descriptors, *s_decoded_method, *s_append, *s_popleft, *s_empty_str, *s_zero,
-    *s_empty_tuple, *s_ours, *s_start, *s_meta, *s_flows;
+    *s_empty_tuple, *s_one, *s_ours, *s_start, *s_meta, *s_flows, *s_dropped;
 
 /* configure(*, resource, hold, ...): keyword fields only; a positional argument, a missing
  * field or an unknown one is a TypeError naming it (as the core's take_fields in
@@ -739,8 +743,10 @@ static PyObject *s_span_id, *s_implied, *s_parent_span_id, *s_gpu_flag, *s_event
 static PyObject *configure(PyObject *module, PyObject *args, PyObject *kwargs) {
     static const char *const fields[] = {"resource",       "hold",          "max_waiting",    "max_packet",
                                          "cache_limit",    "cleared_flag",  "clock_realtime", "meta_name",
-                                         "host_start_key", "host_duration_key", "gpu_duration_key"};
-    enum { N_FIELDS = 11 };
+                                         "host_start_key", "host_duration_key", "gpu_duration_key",
+                                         "self_duration_key", "tile_duration_keys", "impossible",
+                                         "gpu_duration_tolerance"};
+    enum { N_FIELDS = 15 };
     PyObject *v[N_FIELDS];
     if (args != NULL && PyTuple_GET_SIZE(args) != 0) {
         PyErr_SetString(PyExc_TypeError, "configure takes keyword arguments only");
@@ -776,11 +782,27 @@ static PyObject *configure(PyObject *module, PyObject *args, PyObject *kwargs) {
             return NULL;
         }
     }
-    if (!PyCallable_Check(v[0])) {
-        PyErr_SetString(PyExc_TypeError, "configure: resource must be callable");
+    if (!PyCallable_Check(v[0]) || !PyCallable_Check(v[13])) {
+        PyErr_Format(PyExc_TypeError, "configure: %s must be callable", fields[PyCallable_Check(v[0]) ? 13 : 0]);
         return NULL;
     }
-    for (int i = 7; i < N_FIELDS; i++) {
+    long long tolerance = PyLong_AsLongLong(v[14]);
+    if (tolerance == -1 && PyErr_Occurred()) return NULL;
+    if (tolerance < 0) {
+        PyErr_SetString(PyExc_ValueError, "configure: gpu_duration_tolerance is negative");
+        return NULL;
+    }
+    if (!PyTuple_CheckExact(v[12])) {
+        PyErr_SetString(PyExc_TypeError, "configure: tile_duration_keys must be a tuple of str");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v[12]); i++) {
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(v[12], i))) {
+            PyErr_SetString(PyExc_TypeError, "configure: tile_duration_keys must be a tuple of str");
+            return NULL;
+        }
+    }
+    for (int i = 7; i < 12; i++) {
         if (!PyUnicode_Check(v[i])) {
             PyErr_Format(PyExc_TypeError, "configure: %s must be a str", fields[i]);
             return NULL;
@@ -797,6 +819,10 @@ static PyObject *configure(PyObject *module, PyObject *args, PyObject *kwargs) {
     Py_XSETREF(cfg.host_start, Py_NewRef(v[8]));
     Py_XSETREF(cfg.host_duration, Py_NewRef(v[9]));
     Py_XSETREF(cfg.gpu_duration, Py_NewRef(v[10]));
+    Py_XSETREF(cfg.self_duration, Py_NewRef(v[11]));
+    Py_XSETREF(cfg.tile_durations, Py_NewRef(v[12]));
+    Py_XSETREF(cfg.impossible, Py_NewRef(v[13]));
+    cfg.gpu_tolerance = tolerance;
     cfg.ready = 1;
     Py_RETURN_NONE;
 }
@@ -805,7 +831,7 @@ static PyObject *configure(PyObject *module, PyObject *args, PyObject *kwargs) {
 typedef struct {
     PyObject *decoder, *out;
     int records;
-    PyObject *sequences, *open, *ended, *launches, *events, *released, *resources, *descriptors;
+    PyObject *sequences, *open, *ended, *launches, *events, *released, *resources, *descriptors, *dropped;
     PyObject *ended_append, *ended_popleft;
     /* the sequence of the last packet, cached for the call (only Python changes its tables) */
     int has_sequence;
@@ -839,6 +865,7 @@ static void feed_release(Feed *f) {
     Py_CLEAR(f->released);
     Py_CLEAR(f->resources);
     Py_CLEAR(f->descriptors);
+    Py_CLEAR(f->dropped);
     Py_CLEAR(f->ended_append);
     Py_CLEAR(f->ended_popleft);
 }
@@ -1173,8 +1200,62 @@ static int feed_other(Feed *f, Scan *p) {
     return rc;
 }
 
+/* 1 when attribute key is absent or an int within [low, high], 0 when it is anything else
+ * (the Python rule decides), -1 on error. */
+static int int_within(PyObject *attributes, PyObject *key, long long low, long long high) {
+    PyObject *value = PyDict_GetItemWithError(attributes, key);
+    if (value == NULL) return PyErr_Occurred() ? -1 : 1;
+    if (!PyLong_CheckExact(value)) return 0;
+    int overflow;
+    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (number == -1 && PyErr_Occurred()) return -1;
+    return !overflow && low <= number && number <= high;
+}
+
+/* 1 when a span surely passes brickscope.offline.impossible (plain ints, every check met), 0
+ * when the Python rule must judge it, -1 on error: the rule itself stays in one place. */
+static int surely_possible(PyObject *start, PyObject *end, PyObject *attributes) {
+    if (!PyLong_CheckExact(start) || !PyLong_CheckExact(end)) return 0;
+    int overflow_start, overflow_end;
+    long long s = PyLong_AsLongLongAndOverflow(start, &overflow_start);
+    long long e = PyLong_AsLongLongAndOverflow(end, &overflow_end);
+    if (PyErr_Occurred()) return -1;
+    if (overflow_start || overflow_end || s <= 0 || e < s) return 0;
+    long long duration = e - s;
+    if (duration > LLONG_MAX - cfg.gpu_tolerance) return 0;
+    int fine = int_within(attributes, cfg.gpu_duration, duration - cfg.gpu_tolerance, duration + cfg.gpu_tolerance);
+    if (fine == 1) fine = int_within(attributes, cfg.self_duration, 0, duration);
+    if (fine == 1) fine = int_within(attributes, cfg.host_duration, 0, LLONG_MAX);
+    for (Py_ssize_t i = 0; fine == 1 && i < PyTuple_GET_SIZE(cfg.tile_durations); i++) {
+        fine = int_within(attributes, PyTuple_GET_ITEM(cfg.tile_durations, i), 0, LLONG_MAX);
+    }
+    return fine;
+}
+
+/* brickscope.offline.impossible on a span: 1 when it is impossible (counted by reason in the
+ * decoder's dropped), 0 when it is not, -1 on error. */
+static int count_impossible(Feed *f, PyObject *start, PyObject *end, PyObject *attributes) {
+    PyObject *reason = PyObject_CallFunctionObjArgs(cfg.impossible, start, end, attributes, NULL);
+    if (reason == NULL) return -1;
+    if (reason == Py_None) {
+        Py_DECREF(reason);
+        return 0;
+    }
+    PyObject *count = PyDict_GetItemWithError(f->dropped, reason);
+    PyObject *more = NULL;
+    if (count != NULL) {
+        more = PyNumber_Add(count, s_one);
+    } else if (!PyErr_Occurred()) {
+        more = Py_NewRef(s_one);
+    }
+    int rc = more == NULL ? -1 : PyDict_SetItem(f->dropped, reason, more);
+    Py_XDECREF(more);
+    Py_DECREF(reason);
+    return rc < 0 ? -1 : 1;
+}
+
 /* _Decoder._decoded(uuid, start, end, piece) of one ended span, as a new reference to what
- * ready() yields (its first 7 fields when records). */
+ * ready() yields (its first 7 fields when records); None for an impossible span. */
 static PyObject *feed_decoded(Feed *f, PyObject *item) {
     if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 4) {
         PyErr_SetString(PyExc_TypeError, "_Decoder.ended: (uuid, start, end, slice) expected");
@@ -1262,6 +1343,16 @@ static PyObject *feed_decoded(Feed *f, PyObject *item) {
         }
     }
     if (events == NULL) events = Py_NewRef(s_empty_tuple);
+    int possible = surely_possible(start, end, attributes);
+    if (possible < 0) goto failed;
+    if (!possible) {
+        int counted = count_impossible(f, start, end, attributes);
+        if (counted < 0) goto failed;
+        if (counted) {
+            decoded = Py_NewRef(Py_None);
+            goto failed; /* the common exit */
+        }
+    }
     parent = PyDict_GetItemWithError(meta, s_parent_span_id);
     if (parent == NULL && PyErr_Occurred()) goto failed;
     if (parent == NULL) parent = s_zero;
@@ -1279,7 +1370,7 @@ failed:
     return decoded;
 reference: /* anything unusual: the reference's own _decoded */
     decoded = PyObject_CallMethodObjArgs(f->decoder, s_decoded_method, uuid, start, end, piece, NULL);
-    if (decoded != NULL && f->records) {
+    if (decoded != NULL && decoded != Py_None && f->records) {
         Py_SETREF(decoded, PySequence_GetSlice(decoded, 0, 7));
     }
     return decoded;
@@ -1296,7 +1387,7 @@ static int feed_ready(Feed *f) {
         PyObject *decoded = feed_decoded(f, item);
         Py_DECREF(item);
         if (decoded == NULL) return -1;
-        int appended = PyList_Append(f->out, decoded);
+        int appended = decoded == Py_None ? 0 : PyList_Append(f->out, decoded); /* None: impossible, left out */
         Py_DECREF(decoded);
         if (appended < 0) return -1;
     }
@@ -1357,6 +1448,7 @@ static PyObject *feed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         (f.released = get_attr_checked(f.decoder, s_released, is_set)) == NULL ||
         (f.resources = get_attr_checked(f.decoder, s_resources, is_dict)) == NULL ||
         (f.descriptors = get_attr_checked(f.decoder, s_descriptors, NULL)) == NULL ||
+        (f.dropped = get_attr_checked(f.decoder, s_dropped, is_dict)) == NULL ||
         (f.ended_append = PyObject_GetAttr(f.ended, s_append)) == NULL ||
         (f.ended_popleft = PyObject_GetAttr(f.ended, s_popleft)) == NULL) {
         feed_release(&f);
@@ -1390,7 +1482,8 @@ static PyMethodDef methods[] = {
      "None where the Python reader would take its general message walk."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(*, resource, hold, max_waiting, max_packet, cache_limit, cleared_flag, clock_realtime,\n"
-     "meta_name, host_start_key, host_duration_key, gpu_duration_key): the reader's constants, once, by\n"
+     "meta_name, host_start_key, host_duration_key, gpu_duration_key, self_duration_key, tile_duration_keys,\n"
+     "impossible, gpu_duration_tolerance): the reader's constants, once, by\n"
      "keyword fields only (a positional argument, a missing or an unknown field is a TypeError naming it)."},
     {"feed", (PyCFunction)(void (*)(void))feed, METH_FASTCALL,
      "feed(decoder, buffer, offset, out, records) -> offset: decode the plain packets of buffer from offset\n"
@@ -1413,25 +1506,26 @@ PyMODINIT_FUNC PyInit__fastread(void) {
     const char *names[] = {"span_id", "implied", "parent_span_id", "_gpu", "event_names", "correlations", "tables",
                            "decoded", "clocks", "default_clock", "sequences", "open", "ended", "launches", "events",
                            "released", "resources", "descriptors", "_decoded", "append", "popleft", "",
-                           "ours", "start", "meta", "flows"};
+                           "ours", "start", "meta", "flows", "dropped"};
     PyObject **slots[] = {&s_span_id, &s_implied, &s_parent_span_id, &s_gpu_flag, &s_event_names, &s_correlations,
                           &s_tables, &s_decoded, &s_clocks, &s_default_clock, &s_sequences, &s_open, &s_ended,
                           &s_launches, &s_events, &s_released, &s_resources, &s_descriptors, &s_decoded_method,
-                          &s_append, &s_popleft, &s_empty_str, &s_ours, &s_start, &s_meta, &s_flows};
+                          &s_append, &s_popleft, &s_empty_str, &s_ours, &s_start, &s_meta, &s_flows, &s_dropped};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
         *slots[i] = PyUnicode_InternFromString(names[i]);
         if (*slots[i] == NULL) return NULL;
     }
     s_zero = PyLong_FromLong(0);
+    s_one = PyLong_FromLong(1);
     s_empty_tuple = PyTuple_New(0);
-    if (s_zero == NULL || s_empty_tuple == NULL || PyType_Ready(&OpenSliceType) < 0) return NULL;
+    if (s_zero == NULL || s_one == NULL || s_empty_tuple == NULL || PyType_Ready(&OpenSliceType) < 0) return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL) return NULL;
     /* The version of what this module expects from the reader's Python (configure's fields,
      * the decoder state it shares): _annotations.py states the one it was written for, and
      * brickscope.native.load refuses another. Raise it with any such change. */
     if (PyModule_AddObjectRef(module, "OpenSlice", (PyObject *)&OpenSliceType) < 0 ||
-        PyModule_AddIntConstant(module, "ABI_VERSION", 2) < 0) {
+        PyModule_AddIntConstant(module, "ABI_VERSION", 3) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -6,10 +6,19 @@ Example::
     merge_traces(["rank0.pftrace", "rank1.pftrace"], "all.pftrace")
 
 Concatenating Perfetto traces makes one trace with one namespace of packet
-sequence ids and track uuids, so two files that happen to share an id would be
-mixed up. The merge copies every packet, giving each input's sequences fresh
-ids where an earlier input already used them, and remapping its track uuids the
-same way (uuid 0, the root track, is shared by design). Every file written by
+sequence ids, track uuids and process ids, so two files that happen to share an
+id would be mixed up. The merge copies every packet, giving each input's
+sequences fresh ids where an earlier input already used them, and remapping its
+track uuids the same way (uuid 0, the root track, is shared by design). A process
+id an earlier input used (two hosts, or two containers, each with a pid 11) is
+given a synthetic one above the Linux range in the input's track descriptors, and
+its process track keeps the real one as the label ``process.pid=11``: the two
+processes stay two in Perfetto and in ``brickscope report``.
+
+The same input twice would count every span twice, so it is refused: a file given
+twice (:class:`UsageError`), an input whose first :data:`FINGERPRINT_SPANS` spans
+(span id, name, start and end) hold a span of another input's first spans, or one
+whose packets are byte for byte those of an earlier input (:class:`TraceFileError`). Every file written by
 this package declares ``CLOCK_REALTIME`` its primary clock and carries its own
 sequence-scoped clock, so the inputs land on one wall-clock timeline. Flow ids
 are left alone: brickscope derives them from random 64-bit span ids, and its reader
@@ -23,6 +32,7 @@ flow ids needs the reader to find launches by flow id instead of span id.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 from collections.abc import Callable, Iterator, Sequence
@@ -31,14 +41,17 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from brickscope.offline import AtomicOutput, TraceFileError, TraceSource
+from brickscope.offline import AtomicOutput, TraceFileError, TraceSource, UsageError
 
-from ._reader import PFTRACE, PacketError, iter_packets
+from ._reader import _SYNTHETIC_ID_BASE, PFTRACE, PacketError, iter_packets
 from ._schema import pb
 from ._wire import frame
 
 _UUID_MASK = (1 << 63) - 1
 _MAX_SEQUENCE_ID = (1 << 32) - 1
+_MAX_PID = (1 << 31) - 1
+#: Spans read from the start of each input to tell whether two inputs hold the same spans.
+FINGERPRINT_SPANS = 256
 
 
 @dataclass
@@ -53,6 +66,8 @@ class MergeResult:
     renamed_tracks: int
     #: inputs cut short whose packets before the cut were copied (``allow_truncated``)
     truncations: list[TraceFileError] = field(default_factory=list)
+    #: process ids that got a synthetic value because an earlier input used theirs
+    renamed_processes: int = 0
 
 
 class _Ids:
@@ -109,21 +124,29 @@ def merge_traces(
 
     Raises:
         ValueError: no inputs.
+        UsageError: an input is given twice (the same file under any name).
         OutputError: the output exists, is an input, or is not a regular file.
-        TraceFileError: an input is empty, not a trace, corrupt, or truncated.
+        TraceFileError: an input is empty, not a trace, corrupt, or truncated; or it
+            holds the same spans, or the same packets, as another input.
         OSError: a file cannot be read or written.
     """
     if not inputs:
         raise ValueError("merge needs at least one input trace")
+    paths = [os.fspath(path) for path in inputs]
+    _refuse_same_file(paths)
+    _refuse_same_spans(paths)
     rng = random.SystemRandom()
-    sequences, uuids = _Ids(), _Ids()
+    sequences, uuids, pids = _Ids(), _Ids(), _Ids()
+    contents: dict[bytes, str] = {}
     counts: list[int] = []
     truncations: list[TraceFileError] = []
     with AtomicOutput(output, overwrite=overwrite, inputs=inputs, force_flag=force_flag) as target:
         with target.open() as out:
-            for path in inputs:
+            for path in paths:
                 sequences.start_input()
                 uuids.start_input()
+                pids.start_input()
+                content = hashlib.sha256()
 
                 def fresh_sequence() -> int:
                     return rng.randrange(2, _MAX_SEQUENCE_ID)
@@ -134,10 +157,17 @@ def merge_traces(
                 def track(value: int) -> int:
                     return value if value == 0 else uuids.map(value, fresh_uuid)
 
+                def fresh_pid() -> int:
+                    return rng.randrange(_SYNTHETIC_ID_BASE, _MAX_PID)
+
+                def pid(value: int) -> int:
+                    return value if value <= 0 else pids.map(value, fresh_pid)
+
                 count = 0
-                source = _open_input(os.fspath(path), allow_truncated)
+                source = _open_input(path, allow_truncated)
                 try:
                     for offset, data in _packets(source):
+                        content.update(data)
                         try:
                             packet = pb.TracePacket.FromString(data)
                         except DecodeError as exc:
@@ -147,6 +177,7 @@ def merge_traces(
                                 packet.trusted_packet_sequence_id, fresh_sequence
                             )
                         _remap_tracks(packet, track)
+                        _remap_pids(packet, pid)
                         out.write(frame(packet.SerializeToString()))
                         count += 1
                         if progress is not None and count % 65536 == 0:
@@ -157,9 +188,62 @@ def merge_traces(
                     progress(source.path, source.total, source.total)
                 if source.truncation is not None:
                     truncations.append(source.truncation)
+                earlier = contents.setdefault(content.digest(), path)
+                if earlier != path:
+                    raise TraceFileError(
+                        path, f"the same packets as {earlier}: merging both would count every span twice"
+                    )
                 counts.append(count)
         target.commit()
-    return MergeResult(counts, sequences.renamed, uuids.renamed, truncations)
+    return MergeResult(counts, sequences.renamed, uuids.renamed, truncations, pids.renamed)
+
+
+def _refuse_same_file(paths: list[str]) -> None:
+    """Raise UsageError when one file is given twice (by any name: a link, ``./a`` and ``a``)."""
+    seen: dict[tuple[int, int], str] = {}
+    for path in paths:
+        try:
+            status = os.stat(path)
+        except OSError:  # opening it says why, in order
+            continue
+        first = seen.setdefault((status.st_dev, status.st_ino), path)
+        if first != path or paths.count(path) > 1:
+            same = "given twice" if first == path else f"the same file as {first}"
+            raise UsageError(f"{path}: {same}: each input is merged once")
+
+
+def _refuse_same_spans(paths: list[str]) -> None:
+    """Raise TraceFileError when an input's first spans include a span of another input's
+    (same span id, name, start and end): the same run written twice, or a merge of it."""
+    owners: dict[tuple[int, int, int, str], str] = {}
+    for path in paths:
+        spans = _first_spans(path)
+        for key in spans:
+            other = owners.get(key)
+            if other is not None:
+                raise TraceFileError(
+                    path,
+                    f"holds the same spans as {other} (span {key[3]!r} {key[0]:016x}):"
+                    " merging both would count them twice",
+                )
+        owners.update(dict.fromkeys(spans, path))
+
+
+def _first_spans(path: str) -> list[tuple[int, int, int, str]]:
+    """(span id, start, end, name) of the first FINGERPRINT_SPANS spans of a trace, in file
+    order; none when it cannot be read as spans (a trace of another producer: its packets are
+    copied all the same)."""
+    try:
+        source = _open_input(path, allow_truncated=True)
+    except (TraceFileError, OSError):  # copying it says why
+        return []
+    try:
+        records = PFTRACE.read_records(source)
+        return [(r[3], r[1], r[2], r[0]) for _, r in zip(range(FINGERPRINT_SPANS), records)]
+    except (TraceFileError, OSError):
+        return []
+    finally:
+        source.close()
 
 
 def _open_input(path: str, allow_truncated: bool) -> TraceSource:
@@ -197,6 +281,24 @@ def _remap_tracks(packet: pb.TracePacket, track: Callable[[int], int]) -> None:
         _remap_event(packet.track_event, track)
     if packet.HasField("trace_packet_defaults") and packet.trace_packet_defaults.HasField("track_event_defaults"):
         _remap_event(packet.trace_packet_defaults.track_event_defaults, track)
+
+
+def _remap_pids(packet: pb.TracePacket, pid: Callable[[int], int]) -> None:
+    """Rewrite the process ids of a track descriptor; a renamed real pid stays a label."""
+    if not packet.HasField("track_descriptor"):
+        return
+    descriptor = packet.track_descriptor
+    if descriptor.HasField("process"):
+        process = descriptor.process
+        new = pid(process.pid)
+        if new != process.pid:
+            if process.pid < _SYNTHETIC_ID_BASE and not any(
+                label.startswith("process.pid=") for label in process.process_labels
+            ):
+                process.process_labels.append(f"process.pid={process.pid}")
+            process.pid = new
+    if descriptor.HasField("thread"):
+        descriptor.thread.pid = pid(descriptor.thread.pid)
 
 
 def _remap_event(event: Any, track: Callable[[int], int]) -> None:

@@ -26,7 +26,9 @@ until :data:`_HOLD_SPANS` later spans have ended. The writer writes each export
 batch as complete, properly nested slices with the span's events and its launch
 slice in the same batch, so a held span has all of them once two batches of up
 to 4096 spans have passed; an event that turns up later (or never finds its
-span) is counted and logged, not silently lost. A file that ends inside a
+span) is counted and logged, not silently lost. A span whose times cannot be true
+(:func:`brickscope.offline.impossible`: an end before its start, a duration attribute
+that disagrees) is left out and counted in ``source.dropped``. A file that ends inside a
 packet, or with slices begun and never ended, was cut short: an error, or with
 ``allow_truncated`` the spans completed before the cut.
 """
@@ -46,8 +48,22 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
-from brickscope.offline import ProgressCallback, SpanRecord, TraceFormat, TraceSource
-from brickscope.trace.attributes import GPU_DURATION_NS, HOST_DURATION_NS, HOST_START_NS
+from brickscope.offline import (
+    GPU_DURATION_TOLERANCE_NS,
+    ProgressCallback,
+    SpanRecord,
+    TraceFormat,
+    TraceSource,
+    impossible,
+)
+from brickscope.trace.attributes import (
+    BRICK_SELF_DURATION_NS,
+    GPU_DURATION_NS,
+    HOST_DURATION_NS,
+    HOST_START_NS,
+    TILE_DURATION_NS,
+    TILE_LEVELS,
+)
 
 from ._annotations import _CACHE_ENTRIES, _fast, decode_annotations, decode_event_annotations
 from ._schema import (
@@ -223,7 +239,7 @@ class _Open:
 class _Decoder:
     """Packets in, ended spans out: the streaming state of one file."""
 
-    def __init__(self) -> None:
+    def __init__(self, dropped: dict[str, int] | None = None) -> None:
         self.sequences: dict[int, _Sequence] = {}
         self.descriptors: dict[int, Any] = {}
         self.resources: dict[int, Resource] = {}
@@ -233,6 +249,8 @@ class _Decoder:
         self.events: dict[int, list[Event]] = {}  # span id -> events so far
         self.released: set[int] = set()
         self.lost_events = 0
+        #: impossible spans left out, by reason (brickscope.offline.impossible)
+        self.dropped: dict[str, int] = {} if dropped is None else dropped
 
     def packet(self, data: bytes) -> None:
         scanned = _fast.scan(data) if _fast is not None else None
@@ -315,14 +333,16 @@ class _Decoder:
         ended = self.ended
         while len(ended) > _HOLD_SPANS or (final and ended):
             decoded = self._decoded(*ended.popleft())
-            yield decoded[:7] if records else _span(*decoded)
+            if decoded is not None:
+                yield decoded[:7] if records else _span(*decoded)
 
     def unfinished(self) -> int:
         """Slices of ours begun and never ended."""
         return sum(1 for stack in self.open.values() for piece in stack if piece.ours)
 
-    def _decoded(self, uuid: int, start: int, end: int, piece: _Open) -> tuple[Any, ...]:
-        """The span's SpanRecord fields, then its trace id, META and events."""
+    def _decoded(self, uuid: int, start: int, end: int, piece: _Open) -> tuple[Any, ...] | None:
+        """The span's SpanRecord fields, then its trace id, META and events; None for an
+        impossible span (counted in :attr:`dropped`)."""
         meta = piece.meta
         attributes = piece.attributes
         span_id = meta[META_SPAN_ID]
@@ -343,6 +363,10 @@ class _Decoder:
             self.released.clear()
         self.released.add(span_id)
         events = self.events.pop(span_id, ())
+        reason = impossible(start, end, attributes)
+        if reason is not None:
+            self.dropped[reason] = self.dropped.get(reason, 0) + 1
+            return None
         parent = meta.get(META_PARENT_SPAN_ID, 0)
         return (piece.name, start, end, span_id, parent, resource, attributes, piece.trace_id, meta, events)
 
@@ -354,7 +378,7 @@ def read_pftrace(source: TraceSource, *, records: bool = False) -> Iterator[Any]
     With the C accelerator, ``_fastread.feed`` decodes the plain packets of each chunk (the
     great majority) with the decoder's own state; the packets it leaves come here, one by one.
     """
-    decoder = _Decoder()
+    decoder = _Decoder(source.dropped)
     fed: list[Any] = []  # what feed made ready: SpanRecords, or _decoded tuples
     consume: Consume | None = None
     if _fast is not None:
@@ -442,7 +466,8 @@ def read_spans(path: str | os.PathLike[str], *, progress: ProgressCallback | Non
         progress: called as ``progress(bytes_read, total_bytes)`` while reading.
 
     Returns:
-        Ended spans, ordered by start time.
+        Ended spans, ordered by start time; impossible spans are left out, with a
+        warning naming the file and how many.
 
     Raises:
         TraceFileError: (a ValueError) the file is not a Perfetto protobuf
@@ -455,6 +480,8 @@ def read_spans(path: str | os.PathLike[str], *, progress: ProgressCallback | Non
             raise source.error("not a Perfetto trace (it does not start with a trace packet)")
         spans = list(read_pftrace(source))
         source.report_progress(final=True)
+        if source.dropped:
+            _logger.warning("%s", source.dropped_line())
     finally:
         source.close()
     spans.sort(key=lambda span: (span.start_time, span.end_time))
@@ -639,6 +666,10 @@ def configure_accelerator(fast: Any) -> None:
         host_start_key=HOST_START_NS,
         host_duration_key=HOST_DURATION_NS,
         gpu_duration_key=GPU_DURATION_NS,
+        self_duration_key=BRICK_SELF_DURATION_NS,
+        tile_duration_keys=tuple(TILE_DURATION_NS.format(level) for level in TILE_LEVELS),
+        impossible=impossible,
+        gpu_duration_tolerance=GPU_DURATION_TOLERANCE_NS,
     )
 
 
