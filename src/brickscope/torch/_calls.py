@@ -34,6 +34,7 @@ from torch import nn
 
 from brickscope import _state
 from brickscope._scope import Brick, Layer, enter_scope, exit_scope
+from brickscope.torch import _losses
 from brickscope.torch._plan import Mapped
 from brickscope.trace.attributes import GPU_TIMING_SKIPPED, TORCH_MODULE_PATH
 
@@ -167,14 +168,19 @@ def _plain_forward(module: nn.Module, replaced: Any) -> Any:
     return replaced if replaced is not None else types.MethodType(type(module).forward, module)
 
 
-def wrap_forward(module: nn.Module, choose: Callable[[tuple], Any], nvtx: Any = None) -> InstrumentedForward:
+def wrap_forward(
+    module: nn.Module, choose: Callable[[tuple], Any], nvtx: Any = None, losses: bool | None = None
+) -> InstrumentedForward:
     """An :class:`InstrumentedForward` running ``module``'s forward inside the scope ``choose`` picks.
 
     ``nvtx``: ``(push_range, pop_range, attributes)`` to mirror the scope into an NVTX range.
+    ``losses``: True for the model itself (functional losses inside its call are bricks),
+    False for a loss module (they are not: the module's brick times them), None otherwise.
     The caller sets it as ``module.forward``.
     """
     replaced = module.__dict__.get("forward")
     forward = module.forward  # bound once: the class's forward, or the instance's own
+    timed = forward if losses is None else _losses.arming(forward, losses)
 
     if nvtx is None:
 
@@ -185,7 +191,7 @@ def wrap_forward(module: nn.Module, choose: Callable[[tuple], Any], nvtx: Any = 
                 return forward(*args, **kwargs)
             token = enter_scope(choose(args))
             try:
-                result = forward(*args, **kwargs)
+                result = timed(*args, **kwargs)
             except BaseException as exc:  # KeyboardInterrupt too: close exactly what we opened
                 exit_scope(token, exc)
                 raise
@@ -201,7 +207,7 @@ def wrap_forward(module: nn.Module, choose: Callable[[tuple], Any], nvtx: Any = 
             token = enter_scope(choose(args))
             push_range(range_attributes)
             try:
-                result = forward(*args, **kwargs)
+                result = timed(*args, **kwargs)
             except BaseException as exc:
                 pop_range()
                 exit_scope(token, exc)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from brickscope._gpu._streams import stream_handle
-from brickscope.torch import _calls, _nvtx
+from brickscope.torch import _calls, _losses, _nvtx
 from brickscope.torch._backward import BackwardBricks
 from brickscope.torch._plan import BrickTarget, Mapped, make_plan
 
@@ -45,6 +45,8 @@ class Instrumentation:
         instrumented) is left as it is, with one warning.
         """
         wrapped, self._wrapped = self._wrapped, []
+        if wrapped:
+            _losses.uninstall()
         if self._backward is not None:
             self._backward.remove()
             self._backward = None
@@ -144,11 +146,14 @@ def apply_plan(
         if domain is not None:  # Nsight has no layer attribute: the index goes in the range's name
             label = mapped.name if mapped.kind == "brick" else f"layer {mapped.layer}"
             mirror = _nvtx.range_for(domain, label, mapped.category)
-        wrapper = _calls.wrap_forward(mapped.module, _calls.scope_chooser(mapped, stream, cuda), mirror)
+        losses = True if not mapped.path else (False if mapped.category == "loss" else None)
+        wrapper = _calls.wrap_forward(mapped.module, _calls.scope_chooser(mapped, stream, cuda), mirror, losses)
         mapped.module.__dict__["forward"] = wrapper
         wrapped.append(wrapper)
     if backward_bricks is not None:
         backward_bricks.add_plan(plan)
+    if wrapped:  # undone by remove(), which uninstalls when it finds modules to restore
+        _losses.install(lambda loss: _calls.scope_chooser(loss, stream, cuda))
     handle = Instrumentation(tuple(plan), wrapped, backward_bricks)
     handle.automatic = automatic
     owner = weakref.ref(handle)
