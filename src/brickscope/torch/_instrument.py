@@ -146,7 +146,8 @@ def apply_plan(
         if domain is not None:  # Nsight has no layer attribute: the index goes in the range's name
             label = mapped.name if mapped.kind == "brick" else f"layer {mapped.layer}"
             mirror = _nvtx.range_for(domain, label, mapped.category)
-        losses = True if not mapped.path else (False if mapped.category == "loss" else None)
+        # Functional losses: bricks inside the model's call, not inside a loss module's own brick.
+        losses = False if mapped.category == "loss" else (True if not mapped.path else None)
         wrapper = _calls.wrap_forward(mapped.module, _calls.scope_chooser(mapped, stream, cuda), mirror, losses)
         mapped.module.__dict__["forward"] = wrapper
         wrapped.append(wrapper)

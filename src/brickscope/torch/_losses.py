@@ -19,8 +19,6 @@ Example::
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Callable
 
 import torch
@@ -38,17 +36,6 @@ _local = threading.local()  # .armed: True while a model's call (and no loss mod
 _lock = threading.Lock()
 _users = 0  # instrumentations holding the wrappers in place
 _originals: dict[str, Callable[..., Any]] = {}
-
-
-@contextmanager
-def armed(on: bool) -> Iterator[None]:
-    """Within the block, functional losses on this thread become bricks (``on``) or not."""
-    before = getattr(_local, "armed", False)
-    _local.armed = on
-    try:
-        yield
-    finally:
-        _local.armed = before
 
 
 def install(chooser: Callable[[Mapped], Callable[[tuple], Any]]) -> None:
@@ -86,8 +73,12 @@ def arming(forward: Callable[..., Any], on: bool) -> Callable[..., Any]:
     """``forward`` run with functional loss bricks on (a model's call) or off (a loss module's)."""
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        with armed(on):
+        before = getattr(_local, "armed", False)
+        _local.armed = on
+        try:
             return forward(*args, **kwargs)
+        finally:
+            _local.armed = before
 
     return run
 
