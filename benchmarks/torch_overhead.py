@@ -53,7 +53,7 @@ from brickscope.testing import reset_globals
 # name -> (GPT arguments, batch, context)
 MODELS = {
     "small": ({"dim": 64, "heads": 4, "blocks": 6}, 8, 32),
-    "medium": ({"dim": 256, "heads": 8, "blocks": 8, "context": 64}, 8, 64),
+    "medium": ({"dim": 128, "heads": 4, "blocks": 8, "context": 64}, 8, 64),
 }
 VARIANTS = ("bare", "brickscope", "profiler")
 PER_CALL_TARGET_NS = 2000.0
@@ -118,6 +118,8 @@ def measure(example: Any, name: str, rounds: int, steps: int) -> dict[str, Any]:
     per_call = (medians["brickscope"] - bare) / calls
     return {
         "step_ns": medians,
+        # the spread the medians come from: first and third quartiles of each variant's steps
+        "step_quartiles_ns": {variant: statistics.quantiles(values, n=4)[::2] for variant, values in times.items()},
         "module_calls_per_step": calls,
         "brickscope_overhead": brickscope_overhead,
         "profiler_overhead": profiler_overhead,
