@@ -12,11 +12,13 @@ backward, AdamW) in alternated rounds, so that all three see the same machine lo
   before the round and closed after it: its recording only (the trace it builds when it
   stops is not counted, which flatters the profiler).
 
-Every variant runs its steps inside ``bs.step(n)``. Figures are medians of per-step
+Every variant runs its steps inside ``bs.step(n)``. Step times are per-step
 CPU times of the process (``time.process_time_ns``: all its threads, the span processor's
 included, and not the time it waits for a core, so a shared machine's load changes
-them less than wall time; torch runs on one thread); overhead is the variant's median over bare's minus one; the cost per module call
-is brickscope's extra time per step over the instrumented module calls per step.
+them less than wall time; torch runs on one thread). A variant's overhead is, per round,
+the median of its steps over the median of bare's steps in that round, minus one; the
+figure is the median over rounds. The cost per module call is brickscope's overhead times
+bare's median step over the instrumented module calls per step.
 Targets: at most 2 µs a module call, and brickscope's overhead at most 1/4 of the
 profiler's, on the small model.
 
@@ -89,10 +91,12 @@ def measure(example: Any, name: str, rounds: int, steps: int) -> dict[str, Any]:
     provider.add_span_processor(BatchSpanProcessor(DropExporter()))
     session = bs.configure(provider, clock="host")
     times: dict[str, list[int]] = {variant: [] for variant in VARIANTS}
+    per_round: list[dict[str, float]] = []  # each round's median step time per variant
     step = 0
     with bt.instrument(copies["brickscope"][0], nvtx=False) as handle:
         for round_index in range(rounds + 1):  # round 0 warms up (allocator, AdamW state)
             order = VARIANTS[round_index % 3 :] + VARIANTS[: round_index % 3]
+            medians_now: dict[str, float] = {}
             for variant in order:
                 model, optimizer = copies[variant]
                 profiler = profile(activities=[ProfilerActivity.CPU]) if variant == "profiler" else None
@@ -108,14 +112,19 @@ def measure(example: Any, name: str, rounds: int, steps: int) -> dict[str, Any]:
                         times[variant].append(elapsed)
                 if profiler is not None:
                     profiler.__exit__(None, None, None)
+                if round_index:
+                    medians_now[variant] = statistics.median(times[variant][-steps:])
+            if medians_now:
+                per_round.append(medians_now)
         calls = len(handle.modules)  # every instrumented module of this model runs once a step
     session.shutdown()
     reset_globals()
     medians = {variant: statistics.median(values) for variant, values in times.items()}
-    bare = medians["bare"]
-    brickscope_overhead = medians["brickscope"] / bare - 1
-    profiler_overhead = medians["profiler"] / bare - 1
-    per_call = (medians["brickscope"] - bare) / calls
+    # Overheads from each round's own bare steps (the machine's load drifts between rounds),
+    # then the median over rounds.
+    brickscope_overhead = statistics.median(r["brickscope"] / r["bare"] - 1 for r in per_round)
+    profiler_overhead = statistics.median(r["profiler"] / r["bare"] - 1 for r in per_round)
+    per_call = brickscope_overhead * medians["bare"] / calls
     return {
         "step_ns": medians,
         # the spread the medians come from: first and third quartiles of each variant's steps
