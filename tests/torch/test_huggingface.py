@@ -5,7 +5,6 @@ backward bricks in their layers, and torch.profiler run at the same time."""
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import pytest
