@@ -70,6 +70,7 @@ class TestTorchOnCuda:
         stream = new_stream()
         monkeypatch.setattr(_calls, "current_stream_handle", lambda tensor: stream)
         monkeypatch.setattr(_calls, "is_capturing", lambda: False)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # asked once, at instrument()
         model = Net()
         with bt.instrument(model, nvtx=False):
             model(torch.zeros(3, 4).as_subclass(OnCuda))
@@ -85,6 +86,7 @@ class TestTorchOnCuda:
         stream = new_stream()
         monkeypatch.setattr(_calls, "current_stream_handle", lambda tensor: stream)
         monkeypatch.setattr(_calls, "is_capturing", lambda: True)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # asked once, at instrument()
         model = Net()
         with bt.instrument(model, nvtx=False):
             before = simdriver.calls("cuEventRecord")

@@ -49,7 +49,33 @@ def block_tree() -> tuple:
     )
 
 
+class WithLosses(nn.Module):
+    """A loss computed functionally in forward, and one by a loss module it holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(WIDTH, 4)
+        self.criterion = nn.CrossEntropyLoss()
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = self.head(x)
+        return torch.nn.functional.cross_entropy(logits, y) + self.criterion(logits, y)
+
+
 class TestSpanTree:
+    def test_functional_loss_in_forward_is_a_brick_and_a_loss_module_is_one(self):
+        """F.cross_entropy inside the model's forward is a brick ``loss``; inside a loss module, no second brick."""
+        model = WithLosses()
+        x, y = torch.zeros(6, WIDTH), torch.zeros(6, dtype=torch.long)
+        with capture_spans() as captured, bt.instrument(model):
+            model(x, y)
+            torch.nn.functional.cross_entropy(model.head(x), y)  # outside the model's call: no loss brick
+            spans = captured.spans
+        assert tree(spans) == [("WithLosses", [("head", []), ("loss", []), ("criterion", [])]), ("head", [])]
+        (functional,) = [s for s in spans if s.name == "loss"]
+        assert functional.attributes[A.BRICK_CATEGORY] == "loss"
+        assert functional.attributes[A.BRICK_ELEMENTS] == 6  # rows of the (6, 4) logits
+
     def test_span_tree_mirrors_the_module_tree(self):
         """Model -> embedding, one layer per block (its norm, attention, MLP and their linears), head."""
         model = TinyGPT(blocks=3)
@@ -248,6 +274,30 @@ class TestRemove:
         x = tokens()
         assert torch.equal(restored(x), model(x))
 
+    def test_class_signature_and_state_dict_unchanged(self):
+        """While instrumented, type(module), forward's signature and state_dict's keys are the module's own."""
+        import inspect
+
+        model = TinyGPT(blocks=1)
+        classes = [type(m) for m in model.modules()]
+        keys = list(model.state_dict())
+        signature = inspect.signature(model.forward)
+        with bt.instrument(model):
+            assert [type(m) for m in model.modules()] == classes
+            assert list(model.state_dict()) == keys
+            assert inspect.signature(model.forward) == signature
+
+    def test_functional_losses_are_put_back_by_the_last_remove(self):
+        """torch.nn.functional's losses are wrapped while any model is instrumented, and restored after."""
+        original = torch.nn.functional.cross_entropy
+        first, second = bt.instrument(TinyGPT(blocks=1)), bt.instrument(TinyGPT(blocks=1))
+        assert torch.nn.functional.cross_entropy is not original
+        first.remove()
+        assert torch.nn.functional.cross_entropy is not original
+        second.remove()
+        second.remove()  # idempotent: does not undo anyone else's
+        assert torch.nn.functional.cross_entropy is original
+
     def test_isinstance_and_repr_unchanged(self):
         """Instrumented modules are still instances of their classes and print the same."""
         model = TinyGPT(blocks=1)
@@ -307,32 +357,37 @@ class TestFailures:
 
 class TestBackward:
     def test_backward_bricks_nest_under_the_users_backward_scope(self):
-        """backward=True: each brick module's backward pass is a brick, nested as autograd runs them."""
+        """backward=True: each brick module's backward pass is a brick, in its layer, nested as autograd runs them."""
         model = TinyGPT(blocks=1)
         with capture_spans() as captured, bt.instrument(model, backward=True):
             out = model(tokens())
             captured.clear()
-            with pytest.warns(UserWarning, match="no inputs require gradients"):  # the model takes token ids
-                with bs.brick("backward"):
-                    out.sum().backward()
+            with bs.brick("backward"):
+                out.sum().backward()
             spans = captured.spans
             stats = captured.session.stats()
+        # The model itself has no backward brick (its backward is the whole pass), nor has
+        # the embedding (token ids need no gradient); the block's bricks sit in its layer.
         assert tree(spans) == [
             (
                 "backward",
                 [
-                    ("TinyGPT.backward", []),  # ends at once: its input needs no gradient (docs/torch.md)
                     ("head.backward", []),
-                    ("mlp.backward", [("mlp.down.backward", []), ("mlp.up.backward", [])]),
-                    ("attn.backward", [("attn.proj.backward", []), ("attn.qkv.backward", [])]),
-                    ("ln.backward", []),
+                    (
+                        "layer",
+                        [
+                            ("mlp.backward", [("mlp.down.backward", []), ("mlp.up.backward", [])]),
+                            ("attn.backward", [("attn.proj.backward", []), ("attn.qkv.backward", [])]),
+                            ("ln.backward", []),
+                        ],
+                    ),
                 ],
             )
         ]
         layer_zero = {s.name for s in spans if s.attributes.get(A.LAYER_INDEX) == 0}
-        assert layer_zero == {"ln.backward", "attn.backward", "attn.qkv.backward", "attn.proj.backward",
+        assert layer_zero == {"layer", "ln.backward", "attn.backward", "attn.qkv.backward", "attn.proj.backward",
                               "mlp.backward", "mlp.up.backward", "mlp.down.backward"}  # fmt: skip
-        assert {s.attributes.get(A.TORCH_PASS) for s in spans if s.name != "backward"} == {"backward"}
+        assert {s.attributes.get(A.TORCH_PASS) for s in spans if s.name.endswith(".backward")} == {"backward"}
         assert stats["scope_repairs"] == 0
 
     def test_remove_takes_the_backward_hooks_away(self):

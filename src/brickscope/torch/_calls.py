@@ -1,33 +1,40 @@
 # SPDX-License-Identifier: Apache-2.0
 """The hot path: what an instrumented module's call does.
 
-Each instrumented module gets a class of its own, derived from its class, whose
-``__call__`` opens the module's scope around the original call; ``remove()`` puts
-the original class back. That is what ``torch.nn.utils.parametrize`` does too, and
-it is why this is not a pair of module hooks:
+Each instrumented module gets an instance attribute ``forward`` (an
+:class:`InstrumentedForward`) that opens the module's scope around the module's own
+``forward``; ``remove()`` deletes it again. ``type(module)`` is never touched, so
+torch.profiler (which numbers modules per class: ``nn.Module: GPT2Attention_3``),
+``repr``, ``state_dict``, ``torch.compile``'s guards and ``type(m) is nn.Linear`` see
+the model as it is. Why not a pair of module hooks:
 
 - cost: torch takes its slow path in ``_call_impl`` as soon as one forward hook
-  exists; the same enter/exit in hooks costs more per call than in the class's
-  ``__call__`` (benchmarks/hot_path.py: ``torch_module_hooks`` against
-  ``torch_module_instrumented``; docs/benchmarks.md);
+  exists; the same enter/exit in hooks costs more per call than in ``forward``
+  (benchmarks/hot_path.py: ``torch_module_hooks`` against ``torch_module_instrumented``;
+  docs/benchmarks.md);
 - robustness: an ``always_call=True`` hook is not called on a ``KeyboardInterrupt``
   (``_call_impl`` catches ``Exception`` only), which would leave bricks open; a
   ``try``/``except BaseException`` closes exactly the scope it opened;
-- nothing is left behind: the module's hook dicts and ``__dict__`` are not touched.
+- nothing is left behind: the hook dicts are not touched, and ``remove()`` gives
+  ``__dict__`` back as it was.
 
-Per-call state lives in locals; the per-module choices (scope objects by element
-count and stream, NVTX attributes) are made once and kept in closures.
+Everything per module (the scope objects by element count and stream, NVTX
+attributes, whether CUDA streams can occur at all) is decided once, at
+``instrument()``, and kept in closures; per-call state lives in locals.
 """
 
 from __future__ import annotations
 
-import copyreg
+import functools
+import types
 from typing import Any, Callable
 
 import torch
+from torch import nn
 
 from brickscope import _state
 from brickscope._scope import Brick, Layer, enter_scope, exit_scope
+from brickscope.torch import _losses
 from brickscope.torch._plan import Mapped
 from brickscope.trace.attributes import GPU_TIMING_SKIPPED, TORCH_MODULE_PATH
 
@@ -58,7 +65,7 @@ def is_capturing() -> bool:
     return torch.cuda.is_current_stream_capturing()
 
 
-def scope_chooser(mapped: Mapped, stream: Any) -> Callable[[tuple], Any]:
+def scope_chooser(mapped: Mapped, stream: Any, cuda: bool | None = None) -> Callable[[tuple], Any]:
     """``choose(args) -> scope`` for one module: the scope object its call opens.
 
     Layers have one scope. A brick's scope carries the element count of the call's
@@ -66,6 +73,9 @@ def scope_chooser(mapped: Mapped, stream: Any) -> Callable[[tuple], Any]:
     tensor, every element of an index tensor, so tokens for a transformer) and, on
     CUDA with ``stream="current"``, the current torch stream. Never raises: a call it
     cannot read opens the module's plain brick.
+
+    ``cuda``: whether CUDA tensors can occur in this process (default:
+    ``torch.cuda.is_available()``, asked once); without CUDA the stream is never looked at.
     """
     if mapped.kind == "layer":
         layer = Layer(mapped.layer)
@@ -79,12 +89,14 @@ def scope_chooser(mapped: Mapped, stream: Any) -> Callable[[tuple], Any]:
     attributes = {TORCH_MODULE_PATH: mapped.path}
     fixed_stream = None if stream == "current" else stream
     plain = Brick(name, category, 0, fixed_stream, **attributes)
-    follow_stream = stream == "current"
+    if cuda is None:
+        cuda = torch.cuda.is_available()
+    follow_stream = stream == "current" and cuda
     scopes: dict[Any, Any] = {}
     stream_of, capturing = current_stream_handle, is_capturing
 
     def make(key: Any) -> Any:
-        elements, handle = key
+        elements, handle = key if type(key) is tuple else (key, None)
         if handle is _CUDA_GRAPH_CAPTURE:
             scope = HostOnlyBrick(name, category, elements, None, **attributes, **{GPU_TIMING_SKIPPED: handle})
         else:
@@ -92,6 +104,25 @@ def scope_chooser(mapped: Mapped, stream: Any) -> Callable[[tuple], Any]:
         if len(scopes) < _SCOPES_PER_MODULE:
             scopes[key] = scope
         return scope
+
+    if not follow_stream:
+
+        def choose_host_brick(args: tuple) -> Any:
+            if not args:
+                return plain
+            x = args[0]
+            if not isinstance(x, _Tensor):
+                return plain
+            try:
+                elements = x.numel()
+                if elements and x.is_floating_point() and x.dim() > 1:
+                    elements //= x.shape[-1]
+                scope = scopes.get(elements)
+                return scope if scope is not None else make(elements)
+            except Exception:  # a tensor subclass or fake tensor we cannot read: the plain brick
+                return plain
+
+        return choose_host_brick
 
     def choose_brick(args: tuple) -> Any:
         if not args:
@@ -101,10 +132,10 @@ def scope_chooser(mapped: Mapped, stream: Any) -> Callable[[tuple], Any]:
             return plain
         try:
             elements = x.numel()
-            if elements and x.dim() > 1 and x.is_floating_point():
+            if elements and x.is_floating_point() and x.dim() > 1:
                 elements //= x.shape[-1]
             handle = None
-            if follow_stream and x.is_cuda:
+            if x.is_cuda:
                 handle = _CUDA_GRAPH_CAPTURE if capturing() else stream_of(x)
             key = (elements, handle)
             scope = scopes.get(key)
@@ -115,22 +146,52 @@ def scope_chooser(mapped: Mapped, stream: Any) -> Callable[[tuple], Any]:
     return choose_brick
 
 
-def instrumented_class(cls: type, choose: Callable[[tuple], Any], nvtx: Any = None) -> type:
-    """A subclass of ``cls`` whose calls run inside the scope ``choose`` picks.
+class InstrumentedForward(functools.partial):
+    """An instrumented module's ``forward`` (an instance attribute, set by :func:`wrap_forward`).
+
+    A ``functools.partial`` so that ``inspect.signature`` follows ``__wrapped__`` to the
+    module's own ``forward`` (HuggingFace's ``Trainer`` and ``generate`` read it), and so
+    that pickling or deep-copying the module rebuilds the module's plain ``forward``:
+    a copy is not instrumented, and nothing needs this object to load.
+    """
+
+    module: nn.Module
+    replaced: Any  # the instance attribute ``forward`` the module had before, or None
+    owner: Any  # weakref to the Instrumentation that set it
+
+    def __reduce__(self) -> Any:
+        return (_plain_forward, (self.module, self.replaced))
+
+
+def _plain_forward(module: nn.Module, replaced: Any) -> Any:
+    """The ``forward`` a copy of an instrumented module gets: what it had before instrumenting."""
+    return replaced if replaced is not None else types.MethodType(type(module).forward, module)
+
+
+def wrap_forward(
+    module: nn.Module, choose: Callable[[tuple], Any], nvtx: Any = None, losses: bool | None = None
+) -> InstrumentedForward:
+    """An :class:`InstrumentedForward` running ``module``'s forward inside the scope ``choose`` picks.
 
     ``nvtx``: ``(push_range, pop_range, attributes)`` to mirror the scope into an NVTX range.
+    ``losses``: True for the model itself (functional losses inside its call are bricks),
+    False for a loss module (they are not: the module's brick times them), None otherwise.
+    The caller sets it as ``module.forward``.
     """
+    replaced = module.__dict__.get("forward")
+    forward = module.forward  # bound once: the class's forward, or the instance's own
+    timed = forward if losses is None else _losses.arming(forward, losses)
 
     if nvtx is None:
 
-        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
             # is_compiling() first: while torch.compile traces, the call goes straight
             # through and the branch folds away (no graph break, nothing recorded).
             if _is_compiling() or _state.recorder is None:
-                return cls.__call__(self, *args, **kwargs)
+                return forward(*args, **kwargs)
             token = enter_scope(choose(args))
             try:
-                result = cls.__call__(self, *args, **kwargs)
+                result = timed(*args, **kwargs)
             except BaseException as exc:  # KeyboardInterrupt too: close exactly what we opened
                 exit_scope(token, exc)
                 raise
@@ -140,13 +201,13 @@ def instrumented_class(cls: type, choose: Callable[[tuple], Any], nvtx: Any = No
     else:
         push_range, pop_range, range_attributes = nvtx
 
-        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
             if _is_compiling() or _state.recorder is None:
-                return cls.__call__(self, *args, **kwargs)
+                return forward(*args, **kwargs)
             token = enter_scope(choose(args))
             push_range(range_attributes)
             try:
-                result = cls.__call__(self, *args, **kwargs)
+                result = timed(*args, **kwargs)
             except BaseException as exc:
                 pop_range()
                 exit_scope(token, exc)
@@ -155,37 +216,9 @@ def instrumented_class(cls: type, choose: Callable[[tuple], Any], nvtx: Any = No
             exit_scope(token)
             return result
 
-    def __reduce_ex__(self: Any, protocol: Any) -> Any:
-        # Pickled and deep-copied as the original class: a copy is not instrumented,
-        # and loading a pickle never needs this dynamically made class.
-        return _as_original(cls.__reduce_ex__(self, protocol), subclass, cls)
-
-    subclass = type(
-        cls.__name__,
-        (cls,),
-        {
-            "__call__": __call__,
-            "__reduce_ex__": __reduce_ex__,
-            "__module__": cls.__module__,
-            "__qualname__": cls.__qualname__,
-            "_brickscope_original_class": cls,
-        },
-    )
-    return subclass
-
-
-def _as_original(reduced: Any, subclass: type, cls: type) -> Any:
-    """``reduced`` (a ``__reduce_ex__`` value) rebuilding an instance of ``cls``, not ``subclass``.
-
-    Protocol 2+ gives ``copyreg.__newobj__``, which pickle refuses for another class
-    than the object's; ``copyreg._reconstructor`` (what protocols 0-1 use) builds
-    ``object.__new__(cls)`` and takes the same state.
-    """
-    if isinstance(reduced, tuple) and len(reduced) >= 2 and isinstance(reduced[1], tuple) and reduced[1]:
-        constructor, args = reduced[0], reduced[1]
-        if args[0] is subclass:
-            if constructor is copyreg.__newobj__ and len(args) == 1:
-                return (copyreg._reconstructor, (cls, object, None), *reduced[2:])  # noqa: SLF001
-            if constructor is copyreg._reconstructor:  # noqa: SLF001
-                return (constructor, (cls, *args[1:]), *reduced[2:])
-    return reduced
+    wrapper = InstrumentedForward(call)
+    wrapper.module = module
+    wrapper.replaced = replaced
+    wrapper.owner = None
+    wrapper.__wrapped__ = forward  # type: ignore[attr-defined]
+    return wrapper

@@ -8,18 +8,15 @@ import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import torch
 from torch import nn
 
 from brickscope._gpu._streams import stream_handle
-from brickscope.torch import _calls, _nvtx
+from brickscope.torch import _calls, _losses, _nvtx
 from brickscope.torch._backward import BackwardBricks
 from brickscope.torch._plan import BrickTarget, Mapped, make_plan
 
 logger = logging.getLogger(__name__)
-
-# Modules whose inputs are indices: no gradient flows into them, so torch would call their
-# backward hook as soon as their backward starts (docs/torch.md); no backward brick.
-_INDEX_INPUTS = (nn.Embedding, nn.EmbeddingBag)
 
 
 class Instrumentation:
@@ -34,32 +31,36 @@ class Instrumentation:
     """
 
     def __init__(
-        self, modules: tuple[Mapped, ...], swapped: list[tuple[nn.Module, type, type]], backward: BackwardBricks | None
+        self, modules: tuple[Mapped, ...], wrapped: list[_calls.InstrumentedForward], backward: BackwardBricks | None
     ) -> None:
         self.modules = modules
-        self._swapped = swapped
+        self._wrapped = wrapped
         self._backward = backward
         self.automatic = False  # made by the zero-code instrumentor
 
     def remove(self) -> None:
-        """Give every instrumented module its own class back. Idempotent.
+        """Take every instrumented module's ``forward`` away again. Idempotent.
 
-        A module whose class was changed again since (``torch.nn.utils.parametrize``
-        registered on it while instrumented) is left as it is, with one warning.
+        A module whose ``forward`` attribute was replaced since (by user code, while
+        instrumented) is left as it is, with one warning.
         """
-        swapped, self._swapped = self._swapped, []
+        wrapped, self._wrapped = self._wrapped, []
+        if wrapped:
+            _losses.uninstall()
         if self._backward is not None:
             self._backward.remove()
             self._backward = None
-        for module, original, instrumented in swapped:
-            if type(module) is instrumented:
-                module.__class__ = original
-            else:
+        for wrapper in wrapped:
+            module = wrapper.module
+            if module.__dict__.get("forward") is not wrapper:
                 logger.warning(
-                    "brickscope.torch: %s changed class while instrumented (%s); left as it is",
-                    original.__name__,
+                    "brickscope.torch: the forward of a %s was replaced while instrumented; left as it is",
                     type(module).__name__,
                 )
+            elif wrapper.replaced is None:
+                del module.__dict__["forward"]
+            else:
+                module.__dict__["forward"] = wrapper.replaced
 
     def __enter__(self) -> Instrumentation:
         return self
@@ -68,7 +69,7 @@ class Instrumentation:
         self.remove()
 
     def __repr__(self) -> str:
-        state = "removed" if not self._swapped else f"{len(self._swapped)} modules"
+        state = "removed" if not self._wrapped else f"{len(self._wrapped)} modules"
         return f"<brickscope.torch.Instrumentation {state}>"
 
 
@@ -133,36 +134,43 @@ def instrument(
 def apply_plan(
     plan: list[Mapped], stream: Any, domain: Any, backward: bool = False, automatic: bool = False
 ) -> Instrumentation:
-    """Give each planned module its instrumented class (arguments already checked).
+    """Give each planned module its instrumented ``forward`` (arguments already checked).
 
     ``automatic``: made by the zero-code instrumentor, which an explicit ``instrument()`` replaces.
     """
-    swapped: list[tuple[nn.Module, type, type]] = []
+    wrapped: list[_calls.InstrumentedForward] = []
     backward_bricks = BackwardBricks() if backward else None
+    cuda = torch.cuda.is_available()  # once: without CUDA no call looks at streams
     for mapped in plan:
-        original = type(mapped.module)
         mirror = None
         if domain is not None:  # Nsight has no layer attribute: the index goes in the range's name
             label = mapped.name if mapped.kind == "brick" else f"layer {mapped.layer}"
             mirror = _nvtx.range_for(domain, label, mapped.category)
-        cls = _calls.instrumented_class(original, _calls.scope_chooser(mapped, stream), mirror)
-        mapped.module.__class__ = cls
-        swapped.append((mapped.module, original, cls))
-        if backward_bricks is not None and mapped.kind == "brick" and not isinstance(mapped.module, _INDEX_INPUTS):
-            backward_bricks.add(mapped)
-    handle = Instrumentation(tuple(plan), swapped, backward_bricks)
+        # Functional losses: bricks inside the model's call, not inside a loss module's own brick.
+        losses = False if mapped.category == "loss" else (True if not mapped.path else None)
+        wrapper = _calls.wrap_forward(mapped.module, _calls.scope_chooser(mapped, stream, cuda), mirror, losses)
+        mapped.module.__dict__["forward"] = wrapper
+        wrapped.append(wrapper)
+    if backward_bricks is not None:
+        backward_bricks.add_plan(plan)
+    if wrapped:  # undone by remove(), which uninstalls when it finds modules to restore
+        _losses.install(lambda loss: _calls.scope_chooser(loss, stream, cuda))
+    handle = Instrumentation(tuple(plan), wrapped, backward_bricks)
     handle.automatic = automatic
-    for _, _, cls in swapped:
-        cls._brickscope_owner = weakref.ref(handle)
+    owner = weakref.ref(handle)
+    for wrapper in wrapped:
+        wrapper.owner = owner
     return handle
 
 
 def _owner(module: nn.Module) -> Instrumentation | None:
     """The live handle that instrumented ``module``, if any."""
-    ref = getattr(type(module), "_brickscope_owner", None)
-    return ref() if ref is not None else None
+    wrapper = module.__dict__.get("forward")
+    if not isinstance(wrapper, _calls.InstrumentedForward) or wrapper.owner is None:
+        return None
+    return wrapper.owner()
 
 
 def is_instrumented(module: nn.Module) -> bool:
-    """Whether ``module`` currently has an instrumented class."""
-    return hasattr(type(module), "_brickscope_original_class")
+    """Whether ``module`` currently has an instrumented ``forward``."""
+    return isinstance(module.__dict__.get("forward"), _calls.InstrumentedForward)

@@ -23,7 +23,8 @@ from torch import nn
 BrickTarget = Any
 
 _ATTENTION = re.compile(r"attention|attn", re.IGNORECASE)
-_FFN = re.compile(r"mlp|feedforward|feed_forward|ffn", re.IGNORECASE)
+_FFN = re.compile(r"mlp|feedforward|feed_forward|ffn|intermediate", re.IGNORECASE)
+_EMBEDDING_NAME = re.compile(r"embed", re.IGNORECASE)
 _NORM_TYPES: tuple[type, ...] = tuple(
     t
     for t in (
@@ -61,8 +62,9 @@ def default_category(module: nn.Module) -> str | None:
     """The built-in category for a module, or None when it is not instrumented by default.
 
     Types first (norms, embeddings, linear layers, losses), then the class name
-    (``CausalSelfAttention`` -> attention, ``LlamaMLP`` / ``FeedForward`` -> ffn,
-    ``LlamaRMSNorm`` -> norm).
+    (``CausalSelfAttention`` -> attention, ``LlamaMLP`` / ``FeedForward`` /
+    ``BertIntermediate`` -> ffn, ``LlamaRMSNorm`` -> norm), then the shape of a leaf's
+    parameters (:func:`is_linear_shaped`: HuggingFace's ``Conv1D`` -> linear).
     """
     if isinstance(module, nn.MultiheadAttention):
         return "attention"
@@ -81,7 +83,26 @@ def default_category(module: nn.Module) -> str | None:
         return "ffn"
     if name.endswith("Norm"):
         return "norm"
+    if is_linear_shaped(module):
+        return "linear"
     return None
+
+
+def is_linear_shaped(module: nn.Module) -> bool:
+    """Whether ``module`` is a linear layer by its parameters, whatever its class.
+
+    A module with no children whose parameters are exactly a 2-D ``weight`` and,
+    optionally, a 1-D ``bias`` as long as one of the weight's dimensions
+    (HuggingFace's ``Conv1D`` keeps ``weight`` as ``(in, out)``, ``nn.Linear`` as
+    ``(out, in)``), and whose class name does not say it is an embedding table.
+    """
+    if next(module.children(), None) is not None or _EMBEDDING_NAME.search(type(module).__name__):
+        return False
+    parameters = dict(module.named_parameters(recurse=False))
+    weight, bias = parameters.pop("weight", None), parameters.pop("bias", None)
+    if parameters or weight is None or weight.dim() != 2:
+        return False
+    return bias is None or (bias.dim() == 1 and bias.shape[0] in weight.shape)
 
 
 def make_plan(
