@@ -70,8 +70,19 @@ class Worker:
         self.sessions: list[tuple[Any, InMemorySpanExporter]] = []
         self.scopes: dict[int, tuple[str, Any]] = {}  # id -> (form, the entered object or token)
         self.shared: dict[tuple[str, Any], Any] = {}
+        # Threads started for a command stay alive until the next reset: the recorder names
+        # a thread by its id, and the operating system may give a finished thread's id to
+        # the next one (so that one's spans would carry the first one's name, in both
+        # implementations, depending on timing).
+        self.threads: list[threading.Thread] = []
+        self.release = threading.Event()
 
     def reset(self) -> None:
+        self.release.set()
+        for thread in self.threads:
+            thread.join()
+        self.threads.clear()
+        self.release = threading.Event()
         reset_globals()
         clock = Clock()
         _recorder.perf_counter_ns = clock
@@ -97,9 +108,19 @@ class Worker:
             return call(*args)
         result: list[Any] = []
         if where == "thread":
-            thread = threading.Thread(target=lambda: result.append(call(*args)))
+            done, release = threading.Event(), self.release
+
+            def run() -> None:
+                try:
+                    result.append(call(*args))
+                finally:  # a call that raised: result stays empty, the command answers "raised"
+                    done.set()
+                release.wait()
+
+            thread = threading.Thread(target=run)
+            self.threads.append(thread)
             thread.start()
-            thread.join()
+            done.wait()
             return result[0]
 
         async def task() -> Any:
