@@ -12,9 +12,12 @@ What it exercises, per accelerator (docs/native.md):
   unsampled fold), threads and asyncio tasks, a reconfiguration mid-scope; at each sync the
   ``SpanMaker`` builds the spans and ``fold_sums`` folds them; with the simulated CUDA
   driver (``--cuda``), ``CudaMarker`` times the scopes;
-- ``brickscope._tablerows``: the live report's table (``Session.report``) and the offline one;
+- ``brickscope._tablerows``: the live report's table (``Session.report``), a table of the
+  run's spans (``TableBuilder.add``) and the offline one (``add_records``);
 - the Perfetto exporter's ``_fastread``: ``brickscope report`` reads back the ``.pftrace``
-  the exporter wrote during the run.
+  the exporter wrote during the run; a trace of more spans than the reader holds back is
+  written and read; and every ``.pftrace`` of the golden traces and of the bad-input
+  corpus (cut short, bytes flipped, nested too deep) is read, errors included.
 
 Example::
 
@@ -31,16 +34,23 @@ import io
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import brickscope as bs
 from brickscope import native
+from brickscope.analysis._table import TableBuilder
 from brickscope.cli import main as cli_main
 from brickscope.exporter.perfetto import PerfettoSpanExporter
-from brickscope.testing import SequentialIdGenerator, capture_spans
+from brickscope.offline import TraceFileError, open_records, open_spans
+from brickscope.testing import SequentialIdGenerator, capture_spans, gpu_attributes, make_span
 from brickscope.trace import attributes as A
+
+TESTS = Path(__file__).resolve().parents[1]
+#: Traces read as they are: the golden ones and the bad-input corpus's.
+TRACES = sorted([*(TESTS / "golden").glob("*.pftrace"), *(TESTS / "corpus" / "files").glob("pftrace-*")])
 
 
 def one_step(number: int, stream: object = None) -> None:
@@ -50,6 +60,10 @@ def one_step(number: int, stream: object = None) -> None:
     def decorated(fail: bool) -> None:
         if fail:
             raise KeyError("decorated failed")
+
+    @bs.brick("plain")  # the per-use entry as a decorator
+    def plain() -> None:
+        pass
 
     with bs.step(number), bs.layer(number % 3):
         with bs.brick("rms_norm", stream=stream):
@@ -70,9 +84,12 @@ def one_step(number: int, stream: object = None) -> None:
         decorated(False)
         with contextlib.suppress(KeyError):
             decorated(True)
+        plain()
+        repr(bs.brick("rms_norm"))
         # tokens ended out of order, twice, and a handle ended with an error
         outer = bs.enter_scope(bs.brick("outer"))
         inner = bs.enter_scope(bs.kernel("inner"))
+        repr(inner)
         with bs.brick("innermost"):
             bs.exit_scope(outer)
         bs.exit_scope(inner)
@@ -138,6 +155,9 @@ def workload(steps: int, tracer_provider: TracerProvider, stream: object = None,
             captured.session.report()  # the live table's rows
         stats = captured.session.stats()
         spans = captured.spans
+        table = TableBuilder()
+        table.add_all(spans)
+        table.build()
         gpu_timed = sum(1 for span in spans if A.GPU_DURATION_NS in (span.attributes or {}))
     return {"spans": len(spans), "gpu_timed": gpu_timed, "scope_repairs": stats["scope_repairs"], "misuse": stats["misuse"]}
 
@@ -152,13 +172,58 @@ def reconfigure_mid_scope() -> None:
                 pass
 
 
-def cuda_stream() -> object:
+def large_trace(path: Path, spans: int) -> None:
+    """A trace of ``spans`` GPU-timed kernel spans under one step each 100, written directly."""
+    exporter = PerfettoSpanExporter(path, overwrite=True)
+    batch: list[Any] = []
+    for number in range(spans):
+        start = 1_700_000_000_000_000_000 + number * 1_000
+        if number % 100 == 0:
+            step_id = 0x10_0000 + number
+            batch.append(make_span(step_id, "step", start, start + 100_000, attributes={A.SCOPE_KIND: A.SCOPE_KIND_STEP}))
+        batch.append(make_span(0x20_0000 + number, f"k{number % 7}", start, start + 900, step_id, attributes=gpu_attributes(start + 50, 900, 700)))
+    exporter.export(batch)
+    exporter.shutdown()
+
+
+def read_traces(paths: list[Path]) -> dict[str, int]:
+    """Read each trace as spans and as records (truncated ones allowed): spans, and refusals."""
+    read = refused = 0
+    for path in paths:
+        for opener in (open_spans, open_records):
+            try:
+                with opener(path, allow_truncated=True) as stream:
+                    read += sum(1 for _ in stream)
+            except TraceFileError:
+                refused += 1
+    return {"read": read, "refused": refused}
+
+
+def cuda_stream() -> int:
     """A stream on the simulated driver (found through LD_LIBRARY_PATH), current context set."""
     from cuda.bindings import driver
 
     driver.cuInit(0)
     driver.cuCtxSetCurrent(driver.cuDevicePrimaryCtxRetain(driver.cuDeviceGet(0)[1])[1])
     return int(driver.cuStreamCreate(1)[1])
+
+
+def cuda_failures(stream: int) -> int:
+    """Scopes whose event record fails on the simulated driver: the spans that say so."""
+    import os
+    import sys
+
+    sys.path.insert(0, str(TESTS))
+    from simdriver import SimDriver
+
+    sim = SimDriver(Path(os.environ["LD_LIBRARY_PATH"].split(":")[0]) / "libcuda.so.1")
+    with capture_spans(TracerProvider(), clock="cuda") as captured:
+        for fail in (False, True, False, True):  # the stream set up first: then the C marker's record fails
+            if fail:
+                sim.inject_invalid_handle(1)  # the next event record fails
+            with bs.brick("record_fails", stream=stream), bs.kernel("inside"):
+                sim.enqueue_kernel(stream, 5_000)
+        return sum(1 for span in captured.spans if A.GPU_DURATION_NS not in (span.attributes or {}))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         stream = cuda_stream()
         timed = workload(args.steps, TracerProvider(), stream=stream, clock="cuda")
         result["cuda_spans"], result["cuda_gpu_timed"] = timed["spans"], timed["gpu_timed"]
+        result["cuda_untimed_after_errors"] = cuda_failures(stream)
+    large_trace(args.out / "large.pftrace", 9_000)  # more than the reader's 8,192 held back
+    result["traces"] = read_traces([*TRACES, args.out / "large.pftrace"])  # type: ignore[assignment]
     report = io.StringIO()
     with contextlib.redirect_stdout(report):
         code = cli_main(["report", str(trace)])  # _fastread, then the offline table's rows
