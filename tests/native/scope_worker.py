@@ -78,11 +78,7 @@ class Worker:
         self.release = threading.Event()
 
     def reset(self) -> None:
-        self.release.set()
-        for thread in self.threads:
-            thread.join()
-        self.threads.clear()
-        self.release = threading.Event()
+        self.end_threads()
         reset_globals()
         clock = Clock()
         _recorder.perf_counter_ns = clock
@@ -91,6 +87,14 @@ class Worker:
         self.scopes.clear()
         self.shared.clear()
         self.reconfigure()
+
+    def end_threads(self) -> None:
+        """Let the threads kept alive since the last reset end."""
+        self.release.set()
+        for thread in self.threads:
+            thread.join()
+        self.threads.clear()
+        self.release = threading.Event()
 
     def reconfigure(self) -> None:
         provider = TracerProvider(id_generator=SequentialIdGenerator())
@@ -117,7 +121,7 @@ class Worker:
                     done.set()
                 release.wait()
 
-            thread = threading.Thread(target=run)
+            thread = threading.Thread(target=run, daemon=True)
             self.threads.append(thread)
             thread.start()
             done.wait()
@@ -207,6 +211,8 @@ def main() -> None:
             answer = {"raised": f"{type(exc).__name__}: {exc}"}
         sys.stdout.write(json.dumps(answer, sort_keys=True, default=repr) + "\n")
         sys.stdout.flush()
+    worker.end_threads()  # end of input
+    reset_globals()
 
 
 if __name__ == "__main__":
