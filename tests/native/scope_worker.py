@@ -20,7 +20,8 @@ Commands (``op`` and its fields):
   with an exception or not; a token or handle can be closed from another thread or task;
 - ``close_again`` (``id``): ``exit_scope`` of a token already closed (misuse);
 - ``event`` (``name``): ``bs.event`` on the innermost scope; ``enable`` / ``disable``;
-- ``reconfigure``: ``configure()`` again, on a new provider, while scopes are open;
+- ``reconfigure`` (``every``): ``configure()`` again, on a new provider, with another step
+  sampling (every step when ``every`` is None), while scopes are open;
 - ``snapshot``: sync, then every session's spans and counters.
 
 The host clock is driven (each read advances it by 1 µs, from the same start at each
@@ -96,11 +97,11 @@ class Worker:
         self.threads.clear()
         self.release = threading.Event()
 
-    def reconfigure(self) -> None:
+    def reconfigure(self, every: int | None = 2) -> None:
         provider = TracerProvider(id_generator=SequentialIdGenerator())
         exporter = InMemorySpanExporter()
         provider.add_span_processor(SimpleSpanProcessor(exporter))
-        session = _config.configure(provider, clock="host", step_sampling="every=2")
+        session = _config.configure(provider, clock="host", step_sampling=None if every is None else f"every={every}")
         self.sessions.append((session, exporter))
 
     def scope(self, kind: str, name: Any) -> Any:

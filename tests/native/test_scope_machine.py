@@ -7,9 +7,10 @@ two run in two worker processes (``scope_worker.py``) that get the same commands
 opened in every form (``with``, a shared scope object entered again, tokens, handles),
 same-name nesting, closes in any order, with or without an exception, tokens opened or
 closed on another thread or in an asyncio task, tokens closed twice, events, disable and
-enable and a new ``configure()`` while scopes are open. After every sequence both close
-what is still open and the spans (names, ids, parents, kinds, attributes but times,
-events, status) and every session's counters (``stats()``) must be equal.
+enable, and a new ``configure()`` (another step sampling) while scopes are open. The
+host clock is driven, so after every sequence, once both have closed what is still
+open, the spans (names, ids, parents, attributes, times, events, status) and every
+session's counters (``stats()``) must be equal.
 """
 
 from __future__ import annotations
@@ -146,10 +147,10 @@ class ScopeMachine(RuleBasedStateMachine):
         self.both("enable" if on else "disable")
 
     @precondition(lambda self: self.reconfigured < 2)
-    @rule()
-    def reconfigure(self) -> None:
+    @rule(every=st.sampled_from([None, 2, 3]))
+    def reconfigure(self, every: int | None) -> None:
         self.reconfigured += 1
-        self.both("reconfigure")
+        self.both("reconfigure", every=every)
 
     @rule()
     def snapshot(self) -> None:
