@@ -120,7 +120,7 @@ def parse(xml_path: Path) -> list[Error]:
     return errors
 
 
-def run(program: list[str], mode: str, env: dict[str, str], workdir: Path) -> Run:
+def run(program: list[str], mode: str, env: dict[str, str], workdir: Path, own_objects: tuple[str, ...]) -> Run:
     """Run ``program`` under memcheck in ``mode`` ("c" or "python")."""
     xml_path = workdir / f"memcheck-{mode}.xml"
     environment = dict(os.environ, **env, PYTHONMALLOC="malloc", BRICKSCOPE_PURE_PYTHON="1" if mode == "python" else "0")
@@ -134,7 +134,7 @@ def run(program: list[str], mode: str, env: dict[str, str], workdir: Path) -> Ru
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise CheckError(f"{' '.join(program)} failed under valgrind ({mode}, exit {proc.returncode}): {last}")
-    return Run(mode, parse(xml_path), seconds, proc.stdout)
+    return Run(mode, parse(xml_path), seconds, proc.stdout, own_objects)
 
 
 def compare(c: Run, python: Run) -> Verdict:
@@ -151,9 +151,7 @@ def check(program: list[str], env: dict[str, str] | None = None, own_objects: tu
     if shutil.which("valgrind") is None:
         raise CheckError("valgrind is not installed (Debian: apt-get install -y valgrind)")
     with tempfile.TemporaryDirectory(prefix="memcheck-") as tmp:
-        runs = {mode: run(program, mode, env or {}, Path(tmp)) for mode in ("c", "python")}
-    for one in runs.values():
-        one.own_objects = own_objects
+        runs = {mode: run(program, mode, env or {}, Path(tmp), own_objects) for mode in ("c", "python")}
     return compare(runs["c"], runs["python"])
 
 
