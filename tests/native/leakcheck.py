@@ -14,7 +14,11 @@ each see a million. The growth between the two measures must stay under:
   the GC does not track too; between the two measures it moves by about 10,000 either way
   as buffers and free lists settle): a hundredth of what one leaked block a scope adds;
 - ``MAX_RSS_BYTES`` of resident memory: one leaked 32-byte block per scope would add
-  32 MB (more with malloc's overhead), four times the bound.
+  32 MB (more with malloc's overhead), four times the bound. RSS also sees what C code
+  allocates with ``malloc`` directly, which neither count above does.
+
+``tracemalloc`` is not used: tracing every allocation of a million scopes slows them
+several times, and ``sys.getallocatedblocks()`` counts the same object allocations for free.
 
 Example::
 
