@@ -146,10 +146,14 @@ def compare(c: Run, python: Run) -> Verdict:
     return verdict
 
 
-def check(program: list[str], env: dict[str, str] | None = None, own_objects: tuple[str, ...] = OWN_OBJECTS) -> Verdict:
-    """Run ``program`` under memcheck in both modes and compare."""
+def require_valgrind() -> None:
     if shutil.which("valgrind") is None:
         raise CheckError("valgrind is not installed (Debian: apt-get install -y valgrind)")
+
+
+def check(program: list[str], env: dict[str, str] | None = None, own_objects: tuple[str, ...] = OWN_OBJECTS) -> Verdict:
+    """Run ``program`` under memcheck in both modes and compare."""
+    require_valgrind()
     with tempfile.TemporaryDirectory(prefix="memcheck-") as tmp:
         runs = {mode: run(program, mode, env or {}, Path(tmp), own_objects) for mode in ("c", "python")}
     return compare(runs["c"], runs["python"])
@@ -218,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, got {args.steps}")
     try:
+        require_valgrind()
         if args.self_test:
             return self_test()
         with tempfile.TemporaryDirectory(prefix="memcheck-driver-") as tmp:
