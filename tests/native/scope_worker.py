@@ -137,8 +137,10 @@ class Worker:
         if form == "with":
             entered = self.scope(kind, name)
             entered.__enter__()
-        elif form == "shared":
-            entered = self.shared.setdefault((kind, name), self.scope(kind, name))
+        elif form == "shared":  # what the factory gave the first time, kept and entered again
+            if (kind, name) not in self.shared:
+                self.shared[kind, name] = self.scope(kind, name)
+            entered = self.shared[kind, name]
             entered.__enter__()
         elif form == "token":
             entered = self.elsewhere(where, lambda: bs.enter_scope(self.scope(kind, name)))
