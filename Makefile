@@ -10,7 +10,7 @@ EDITABLE  := $(foreach d,$(EXPORTERS),-e ./$(d))
 EDITABLE_TEST := $(foreach d,$(EXPORTERS),-e './$(d)[test]')
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --quiet
 
-.PHONY: demo test clean
+.PHONY: demo test memcheck clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,15 @@ demo: $(VENV)/.demo
 test: $(VENV)/.test
 	BRICKSCOPE_REQUIRE_NATIVE=1 $(BIN)/python -m pytest -q
 	BRICKSCOPE_PURE_PYTHON=1 $(BIN)/python -m pytest -q
+
+# The C accelerators under valgrind memcheck against the pure-Python run of the same driver
+# (the checker first proves it fails on an injected bug), then the million-scope leak check
+# (docs/native.md, "Memory checks"). valgrind is Debian's package, installed when missing.
+memcheck: $(VENV)/.test
+	command -v valgrind >/dev/null || (apt-get update -qq && apt-get install -y -qq valgrind)
+	$(BIN)/python tests/native/memcheck.py --self-test
+	$(BIN)/python tests/native/memcheck.py --cuda
+	$(BIN)/python tests/native/leakcheck.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache build src/brickscope/*.so
