@@ -301,7 +301,8 @@ class TableBuilder:
         self._operations: list[Operation] = []
         self._category_codes: dict[str, int] = {}
         self._categories: list[str] = []
-        self._rank_codes: dict[str, int] = {}
+        self._rank_codes: dict[tuple[str, ...], int] = {}  # rank or process identity -> code
+        self._rank_labels: dict[str, tuple[str, ...]] = {}  # label -> the identity it names
         self._ranks: list[str] = []
         self._device_codes: dict[tuple[str, int], int] = {}
         self._devices: list[Device] = []
@@ -548,17 +549,20 @@ class TableBuilder:
         host = str(attributes.get(A.HOST_NAME, ""))
         rank = attributes.get(A.RANK)
         if rank is not None and str(rank) != "":
+            key: tuple[str, ...] = (str(rank),)
             label = str(rank)
         else:  # no launcher rank: each process is its own rank
-            service = attributes.get("service.name", "")
-            instance = attributes.get("service.instance.id")
-            pid = attributes.get("process.pid")
-            parts = (service, instance and f"instance {instance}", host and f"@{host}", pid and f"pid {pid}")
-            label = " ".join(str(part) for part in parts if part)
-            label = label or "process"
-        code = self._rank_codes.get(label)
+            service = str(attributes.get("service.name", ""))
+            instance = str(attributes.get("service.instance.id") or "")
+            pid = str(attributes.get("process.pid") or "")
+            key = ("", service, instance, host, pid)
+            label = _process_label(service, instance[:8], host, pid)
+            if label in self._rank_labels and self._rank_labels[label] != key:
+                label = _process_label(service, instance, host, pid)  # two processes, one short name
+        code = self._rank_codes.get(key)
         if code is None:
-            code = self._rank_codes[label] = len(self._ranks)
+            code = self._rank_codes[key] = len(self._ranks)
+            self._rank_labels.setdefault(label, key)
             self._ranks.append(label)
         self._kernel_sources.update(_kernel_sources(attributes.get(A.KERNEL_SOURCES)))
         entry = (resource, code, host, _names(attributes.get(A.GPU_DEVICE_NAMES)))
@@ -574,6 +578,13 @@ class TableBuilder:
             code = self._device_codes[key] = len(self._devices)
             self._devices.append(Device(entry[2], ordinal, model))
         return code
+
+
+def _process_label(service: str, instance: str, host: str, pid: str) -> str:
+    """A process without a launcher rank, as tables print it: service, instance id (its first
+    8 characters while they tell the processes apart), host and pid, whichever are known."""
+    parts = (service, instance and f"instance {instance}", host and f"@{host}", pid and f"pid {pid}")
+    return " ".join(part for part in parts if part) or "process"
 
 
 def _exclude_overhead(be: Any, columns: dict[str, Any], rows: int) -> None:
