@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, MutableMapping
+from contextvars import Token
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
@@ -114,7 +115,7 @@ def inject_into_environment(
     return environ
 
 
-def _attach_environment_context() -> tuple[object, Context] | None:
+def _attach_environment_context() -> tuple[Token[Context], Context] | None:
     """Make ``TRACEPARENT`` the current parent when nothing else is; (token, context) or None.
 
     Called by ``configure()``: a rank started by a launcher then joins the
@@ -129,7 +130,7 @@ def _attach_environment_context() -> tuple[object, Context] | None:
     return otel_context.attach(extracted), extracted
 
 
-def _detach_environment_context(attached: tuple[object, Context]) -> None:
+def _detach_environment_context(attached: tuple[Token[Context], Context]) -> None:
     """Undo :func:`_attach_environment_context` if its context is still the current one.
 
     If the application attached contexts on top since (or runs in another thread or

@@ -32,7 +32,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status
 
-from brickscope import _catalog, _checksum, _kernel_sources, _record, _scope, _scope_data, _state
+from brickscope import _catalog, _checksum, _kernel_sources, _record, _scope_data, _state
+from brickscope._scope import _scopes
 from brickscope.sdk import _config
 from brickscope.trace import attributes as A
 
@@ -111,7 +112,7 @@ def reset_globals() -> None:
         _config.shutdown()
     _state.recorder = _state.configured = None
     _catalog.reset()
-    _scope._warned.clear()  # noqa: SLF001 - so each test sees its own once-only warnings
+    _scopes._warned.clear()  # noqa: SLF001 - so each test sees its own once-only warnings
     _scope_data._warned.clear()  # noqa: SLF001
     _kernel_sources.reset()
     _checksum._warned.clear()  # noqa: SLF001
