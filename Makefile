@@ -10,7 +10,7 @@ EDITABLE  := $(foreach d,$(EXPORTERS),-e ./$(d))
 EDITABLE_TEST := $(foreach d,$(EXPORTERS),-e './$(d)[test]')
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --quiet
 
-.PHONY: demo test clean
+.PHONY: demo test lint matrix clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,16 @@ demo: $(VENV)/.demo
 test: $(VENV)/.test
 	BRICKSCOPE_REQUIRE_NATIVE=1 $(BIN)/python -m pytest -q
 	BRICKSCOPE_PURE_PYTHON=1 $(BIN)/python -m pytest -q
+
+# ruff and mypy as pyproject.toml configures them ([tool.ruff], [tool.mypy]; docs/ci.md).
+lint: $(VENV)/.test
+	$(BIN)/ruff check .
+	$(BIN)/python -m mypy
+
+# The unit suites on every CPython 3.10-3.13 pyenv holds x the lowest and newest
+# OpenTelemetry releases declared, each in its own environment under build/matrix/ (.ci/matrix).
+matrix:
+	.ci/matrix
 
 clean:
 	rm -rf $(VENV) out .pytest_cache build src/brickscope/*.so

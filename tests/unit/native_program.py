@@ -85,7 +85,7 @@ def program(tracer: trace.Tracer) -> None:
             shared = bs.brick("shared")
 
             def gen() -> object:
-                with shared:
+                with shared:  # noqa: B023 - both generators run within this iteration
                     yield 1
                     yield 2
 
