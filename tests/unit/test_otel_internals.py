@@ -266,6 +266,17 @@ class TestAFailedProbe:
         assert not oi.can_add_points(meter_provider, object(), (1.0,))
         assert len(off_lines(caplog, "sdk.histogram")) == 1
 
+    def test_a_metrics_sdk_whose_internal_modules_do_not_import_is_said_once(self, monkeypatch, caplog):
+        """Where the metrics SDK's private modules are not the known ones (its imports failed),
+        the histogram fast path is listed as off with the reason and logged once, as every path."""
+        monkeypatch.setattr(oi, "_SdkMeterProvider", None)
+        meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+        for _ in range(2):
+            assert not oi.can_add_points(meter_provider, object(), (1.0,))
+        reason = "layout probe failed: the metrics SDK's _internal modules are not the ones known"
+        assert state("sdk.histogram") == native.Implementation("reference", reason)
+        assert len(off_lines(caplog, "sdk.histogram")) == 1
+
     def test_the_decision_is_kept_and_logged_once(self, monkeypatch, caplog):
         """A path turned off stays off and logs one line however often it is asked."""
         fake_release(monkeypatch, NEWER)

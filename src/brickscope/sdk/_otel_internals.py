@@ -88,10 +88,15 @@ except ImportError:  # pragma: no cover - depends on the SDK version
 
 try:  # the metrics SDK's view storage and histogram aggregation (1.45 layout)
     from opentelemetry.sdk.metrics import MeterProvider as _SdkMeterProvider
-    from opentelemetry.sdk.metrics._internal._view_instrument_match import _OVERFLOW_KEY, _hash_attributes
+    from opentelemetry.sdk.metrics._internal._view_instrument_match import _hash_attributes
     from opentelemetry.sdk.metrics._internal.aggregation import _ExplicitBucketHistogramAggregation
 except ImportError:  # pragma: no cover - exercised only on other SDK versions
     _SdkMeterProvider = None  # type: ignore[assignment,misc]
+
+try:  # the point that takes what is over the cardinality limit (1.45.2 has it; 1.45.0 has no limit)
+    from opentelemetry.sdk.metrics._internal._view_instrument_match import _OVERFLOW_KEY
+except ImportError:  # pragma: no cover - depends on the SDK version
+    _OVERFLOW_KEY = None
 
 try:  # the API's proxy instruments (what the global meter provider gives before an SDK is set)
     from opentelemetry.metrics._internal.instrument import _ProxyInstrument
@@ -161,7 +166,8 @@ CHECKED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
     "sdk.readable_span": ((1, 30), (1, 45)),
     # TracerProvider._update_resource (1.45; the tracers handed out follow) or _resource.
     "sdk.resource_rewrite": ((1, 30), (1, 45)),
-    # The metrics SDK's view storage and histogram aggregation: read and tested on 1.45 only.
+    # The metrics SDK's view storage and histogram aggregation: read and tested on 1.45 only
+    # (1.45.0 has no cardinality-overflow point yet, 1.45.2 has).
     "sdk.histogram": ((1, 45), (1, 45)),
     # The metrics API's _ProxyInstrument._real_instrument: 1.30 to 1.45.
     "sdk.proxy_instrument": ((1, 30), (1, 45)),
@@ -595,9 +601,9 @@ def can_add_points(meter_provider: Any, instrument: Any, bounds: Sequence[float]
     records one value per (labels, bucket) through the public API, so views, exemplars
     and aggregation creation stay the SDK's, then adds the bucket's other values here.
     """
-    if _SdkMeterProvider is None or not isinstance(meter_provider, _SdkMeterProvider):
+    if _SdkMeterProvider is not None and not isinstance(meter_provider, _SdkMeterProvider):
         return False
-    if not _histogram.usable(meter_provider):
+    if not _histogram.usable(meter_provider):  # also where the metrics SDK's modules are not the known ones
         return False
     try:
         return all(_eligible(match, bounds) for matches in _matches(meter_provider, instrument) for match in matches)
@@ -626,7 +632,9 @@ def add_to_points(
                 ok = False
                 continue
             points = match._attributes_aggregation
-            aggregation = points.get(key) or points.get(_OVERFLOW_KEY)
+            aggregation = points.get(key)
+            if aggregation is None and _OVERFLOW_KEY is not None:
+                aggregation = points.get(_OVERFLOW_KEY)
             if aggregation is None or len(aggregation._boundaries) + 1 != len(counts):
                 ok = False
                 continue
