@@ -29,8 +29,7 @@ import re
 from collections.abc import Mapping, MutableMapping
 from contextvars import Token
 
-from opentelemetry import context as otel_context
-from opentelemetry import propagate
+from opentelemetry import context as otel_context, propagate
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter, Setter
 from opentelemetry.trace import get_current_span

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Mapping, Sequence
-from typing import Any, Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
@@ -112,11 +112,11 @@ def reset_globals() -> None:
         _config.shutdown()
     _state.recorder = _state.configured = None
     _catalog.reset()
-    _scopes._warned.clear()  # noqa: SLF001 - so each test sees its own once-only warnings
-    _scope_data._warned.clear()  # noqa: SLF001
+    _scopes._warned.clear()  # so each test sees its own once-only warnings
+    _scope_data._warned.clear()
     _kernel_sources.reset()
-    _checksum._warned.clear()  # noqa: SLF001
-    _config._warned.clear()  # noqa: SLF001
+    _checksum._warned.clear()
+    _config._warned.clear()
     _record.TOP.set(None)
 
 

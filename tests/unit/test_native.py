@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import brickscope as bs
-from brickscope import native, _record, _scope
+from brickscope import _record, _scope, native
 from brickscope.sdk.trace import _recorder
 
 PROGRAM = Path(__file__).with_name("native_program.py")

@@ -14,8 +14,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from brickscope.exporter.otlp import OTLPGrpcSpanExporter
-from brickscope.exporter.otlp import _grpc
+from brickscope.exporter.otlp import OTLPGrpcSpanExporter, _grpc
 from brickscope.exporter.otlp._grpc import _EncodedTraceServiceStub
 
 
@@ -68,8 +67,8 @@ def test_sends_the_official_encoding(receiver, make_spans):
 def test_a_reconnection_keeps_the_encoded_stub(receiver, make_spans):
     """The official exporter re-creates channel and stub after UNAVAILABLE: still bytes."""
     exporter = exporter_to(receiver.endpoint)
-    exporter._initialize_channel_and_stub()  # noqa: SLF001 - what the official retry loop calls
-    assert isinstance(exporter._client, _EncodedTraceServiceStub)  # noqa: SLF001
+    exporter._initialize_channel_and_stub()  # what the official retry loop calls
+    assert isinstance(exporter._client, _EncodedTraceServiceStub)
     batch = make_spans(5)
     assert exporter.export(batch) is SpanExportResult.SUCCESS
     assert receiver.requests == [official_encode_spans(batch).SerializeToString()]

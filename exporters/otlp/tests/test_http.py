@@ -25,7 +25,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:  # http.server's name
                 receiver.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
                 self.send_response(status)
                 self.send_header("Content-Length", "0")

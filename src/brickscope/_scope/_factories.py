@@ -10,7 +10,6 @@ from brickscope import _state
 from brickscope._scope._entry import _entry, _make_entry
 from brickscope._scope._scopes import Brick, Kernel, Layer, Scope, Step, _hot
 
-
 # Scope objects are immutable and stateless, so the factories hand out one shared
 # object per name (or index) for the plain forms, ``brick("rms_norm")`` and
 # ``brick("rms_norm", stream=s)``: building a

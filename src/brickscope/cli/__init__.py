@@ -23,8 +23,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from importlib.metadata import entry_points
-from typing import Sequence
 
 from brickscope.offline._errors import UsageError
 from brickscope.version import __version__

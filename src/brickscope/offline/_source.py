@@ -61,7 +61,7 @@ class TraceSource:
         self.truncation: TraceFileError | None = None
         self._progress = progress
         self._reported = -1
-        self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._file = open(path, "rb")  # closed by close()
         try:
             self.total = os.fstat(self._file.fileno()).st_size  # 0 for a pipe
             # peek, not read and seek back: a pipe (``<(zcat run.jsonl.gz)``) cannot seek.

@@ -70,7 +70,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -104,7 +105,7 @@ except ImportError:  # pragma: no cover - depends on the API version
     _ProxyInstrument = None
 
 # The SDK's configuration helpers, used as opentelemetry-distro uses them (no fast path).
-from opentelemetry.sdk._configuration import (  # noqa: E402
+from opentelemetry.sdk._configuration import (
     _get_exporter_names as get_exporter_names,
     _get_id_generator as get_id_generator,
     _get_sampler as get_sampler,
@@ -234,7 +235,7 @@ class _FastPath:
         else:
             try:
                 reason = self.probe(subject)
-            except Exception as exc:  # noqa: BLE001 - any surprise is a failed probe
+            except Exception as exc:  # any surprise is a failed probe
                 reason = f"layout probe failed: {type(exc).__name__}: {exc}"
         if reason is None and unchecked:
             self.on = True
@@ -258,7 +259,7 @@ class _FastPath:
     def reset(self) -> None:
         """Forget the decision (tests: after faking another release or layout)."""
         self.on = None
-        native._parts.pop(self.name, None)  # noqa: SLF001 - brickscope's own register
+        native._parts.pop(self.name, None)  # brickscope's own register
 
 
 def _missing(obj: Any, fields: Sequence[str]) -> str | None:
@@ -607,7 +608,7 @@ def can_add_points(meter_provider: Any, instrument: Any, bounds: Sequence[float]
         return False
     try:
         return all(_eligible(match, bounds) for matches in _matches(meter_provider, instrument) for match in matches)
-    except Exception:  # noqa: BLE001 - a layout the probe did not catch: per value
+    except Exception:  # a layout the probe did not catch: per value
         logger.debug("brickscope: the metrics SDK's layout is not the one known; histogram values recorded one by one")
         return False
 

@@ -13,6 +13,7 @@ if "--no-torch" in sys.argv:
 import torch
 from torch import nn
 
+
 class MLP(nn.Module):
     def __init__(self):
         super().__init__()

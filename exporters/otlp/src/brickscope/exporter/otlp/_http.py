@@ -70,7 +70,7 @@ class OTLPHttpSpanExporter(_OfficialOTLPSpanExporter):
         with self._metrics.export_operation(len(spans)) as result:
             try:
                 body = self._encoder.encode(spans)
-            except Exception as error:  # noqa: BLE001 - as the official exporter
+            except Exception as error:  # as the official exporter
                 logger.error("Failed to encode span batch: %s", error)
                 result.error = error
                 return SpanExportResult.FAILURE
