@@ -384,4 +384,4 @@ def _dims(value: object, what: str) -> tuple[int, int, int]:
         or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims)
     ):
         raise ValueError(f"brickscope: {what} must be 1 to 3 positive ints, got {value!r}")
-    return tuple(dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
+    return tuple(dims) + (1,) * (3 - len(dims))

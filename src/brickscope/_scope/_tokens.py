@@ -126,5 +126,5 @@ if _hot is not None:
         inert=_INERT, enter_scope=enter_scope, exit_scope=exit_scope,
     )  # fmt: skip
     # Tokens in C too (brickscope.torch's module calls); misuse and the rest: the Python above.
-    enter_scope = _hot.enter_scope  # type: ignore[assignment]
-    exit_scope = _hot.exit_scope  # type: ignore[assignment]
+    enter_scope = _hot.enter_scope
+    exit_scope = _hot.exit_scope

@@ -133,7 +133,7 @@ class _Gunzip(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def, override]
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
         want = min(len(buffer), self._limit + 1 - self._count)
         while not self._done:
             if not self._pending:
