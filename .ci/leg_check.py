@@ -43,8 +43,6 @@ def main(constraints: str) -> int:
     from brickscope.analysis import _table  # noqa: F401 - loads brickscope._tablerows
     from brickscope.exporter.perfetto import _annotations  # noqa: F401 - loads _fastread
 
-    with bs.brick("leg_check"):
-        pass
     accelerators = {part: impl for part, impl in bs.implementations().items() if not part.startswith("sdk.")}
     problems += [f"{part} runs {impl.in_use} ({impl.reason})" for part, impl in accelerators.items() if impl.in_use != "c"]
     if len(accelerators) != 3:
