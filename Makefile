@@ -10,7 +10,7 @@ EDITABLE  := $(foreach d,$(EXPORTERS),-e ./$(d))
 EDITABLE_TEST := $(foreach d,$(EXPORTERS),-e './$(d)[test]')
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --quiet
 
-.PHONY: demo test memcheck clean
+.PHONY: demo test lint matrix memcheck clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,16 @@ memcheck: $(VENV)/.test
 	$(BIN)/python tests/native/memcheck.py --self-test
 	$(BIN)/python tests/native/memcheck.py --cuda
 	$(BIN)/python tests/native/leakcheck.py
+
+# ruff and mypy as pyproject.toml configures them ([tool.ruff], [tool.mypy]; docs/ci.md).
+lint: $(VENV)/.test
+	$(BIN)/ruff check .
+	$(BIN)/python -m mypy
+
+# The unit suites on every CPython 3.10-3.13 pyenv holds x the lowest and newest
+# OpenTelemetry releases declared, each in its own environment under build/matrix/ (.ci/matrix).
+matrix:
+	.ci/matrix
 
 clean:
 	rm -rf $(VENV) out .pytest_cache build src/brickscope/*.so

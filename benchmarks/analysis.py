@@ -336,7 +336,7 @@ def live(repeats: int = 15) -> dict[str, Any]:
         for _ in range(16_383):  # one short of a batch: the flush is timed alone
             builder.add(span, attributes)
         started = time.perf_counter()
-        builder._flush()  # noqa: SLF001
+        builder._flush()
         flush_ns = min(flush_ns, (time.perf_counter() - started) / 16_383 * 1e9)
     return {"add_ns_per_span": add_ns, "to_row_ns_per_span": flush_ns, "total_ns_per_span": add_ns + flush_ns}
 

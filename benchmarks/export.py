@@ -42,6 +42,7 @@ from typing import Any
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
 from brickscope.testing import make_span
 from brickscope.trace import attributes as A
 

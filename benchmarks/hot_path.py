@@ -25,8 +25,10 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from _simcuda import load_simdriver, make_stream
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -34,12 +36,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import brickscope as bs
 from brickscope import native
-from _simcuda import load_simdriver, make_stream
 from brickscope.testing import reset_globals
 
 
 class NullExporter(SpanExporter):
-    def export(self, spans):  # noqa: ANN001
+    def export(self, spans):
         return SpanExportResult.SUCCESS
 
 
@@ -59,10 +60,10 @@ def empty_with(n: int) -> None:
     class Empty:
         __slots__ = ()
 
-        def __enter__(self):  # noqa: ANN204
+        def __enter__(self):
             return self
 
-        def __exit__(self, *exc):  # noqa: ANN002, ANN204
+        def __exit__(self, *exc):
             return None
 
     obj = Empty()

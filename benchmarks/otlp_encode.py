@@ -30,8 +30,10 @@ import subprocess
 import sys
 import textwrap
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from always_on import Receiver as HttpReceiver
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as official_encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -40,7 +42,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Status, StatusCode
 
 import brickscope as bs
-from always_on import Receiver as HttpReceiver
 from brickscope.exporter.otlp._encode import SpanEncoder
 
 BATCH = 512  # the BatchSpanProcessor's default max_export_batch_size

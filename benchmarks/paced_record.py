@@ -26,7 +26,8 @@ import json
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 LAYERS = 32
 NAMES = (

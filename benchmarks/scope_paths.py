@@ -31,7 +31,7 @@ def measure() -> dict[str, float]:
 
     session = bs.configure(TracerProvider(), clock="host", max_pending=1 << 22, max_delay_millis=1e9, aggregate=False)
     processor = session.sync_processor
-    pending = processor.recorder.pending if hasattr(processor, "recorder") else processor._pending  # noqa: SLF001
+    pending = processor.recorder.pending if hasattr(processor, "recorder") else processor._pending
     brick = bs.brick
     bs.brick("attention_score")
     shared = bs.brick("attention_score", elements=1)

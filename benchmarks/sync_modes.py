@@ -26,7 +26,8 @@ import json
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from _simcuda import load_simdriver, make_stream
 

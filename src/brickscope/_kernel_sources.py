@@ -25,7 +25,8 @@ import hashlib
 import json
 import os
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from brickscope.trace.attributes import KERNEL_SOURCES
 

@@ -11,18 +11,19 @@ Measured: attach + detach 204 ns through the API, about 80 ns direct.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any, Callable
+from typing import Any
 
 from opentelemetry import context as _api
 from opentelemetry.context.context import Context
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
-from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.trace.propagation import _SPAN_KEY
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
 from brickscope import _scope_data
 
-_runtime_var = getattr(_api._RUNTIME_CONTEXT, "_current_context", None)  # noqa: SLF001
+_runtime_var = getattr(_api._RUNTIME_CONTEXT, "_current_context", None)
 #: The ContextVar behind OTel's current context, or None with another runtime context.
 runtime_var = _runtime_var if isinstance(_runtime_var, ContextVar) else None
 
@@ -91,7 +92,7 @@ class ScopeSpan(NonRecordingSpan):
     made if something needs it.
     """
 
-    def __init__(self, top: Callable[[], Any]) -> None:  # noqa: D107 - no super: no fixed context
+    def __init__(self, top: Callable[[], Any]) -> None:  # no super: no fixed context
         self._top = top
 
     def get_span_context(self) -> SpanContext:

@@ -87,4 +87,4 @@ hotpath = native.load("brickscope._hotpath", abi=HOTPATH_ABI)
 PyRecord = Record
 if hotpath is not None:
     hotpath.init_stack(top=TOP, kind_names=KIND_NAMES)
-    Record = hotpath.Record  # type: ignore[misc,assignment]  # same attributes, in C
+    Record = hotpath.Record  # type: ignore[misc]  # same attributes, in C

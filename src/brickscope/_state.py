@@ -8,7 +8,8 @@ which is what a disabled or not-yet-configured brickscope costs.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from brickscope.sdk.trace._recorder import Recorder

@@ -27,9 +27,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, MutableMapping
+from contextvars import Token
 
-from opentelemetry import context as otel_context
-from opentelemetry import propagate
+from opentelemetry import context as otel_context, propagate
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter, Setter
 from opentelemetry.trace import get_current_span
@@ -114,7 +114,7 @@ def inject_into_environment(
     return environ
 
 
-def _attach_environment_context() -> tuple[object, Context] | None:
+def _attach_environment_context() -> tuple[Token[Context], Context] | None:
     """Make ``TRACEPARENT`` the current parent when nothing else is; (token, context) or None.
 
     Called by ``configure()``: a rank started by a launcher then joins the
@@ -129,7 +129,7 @@ def _attach_environment_context() -> tuple[object, Context] | None:
     return otel_context.attach(extracted), extracted
 
 
-def _detach_environment_context(attached: tuple[object, Context]) -> None:
+def _detach_environment_context(attached: tuple[Token[Context], Context]) -> None:
     """Undo :func:`_attach_environment_context` if its context is still the current one.
 
     If the application attached contexts on top since (or runs in another thread or

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Mapping, Sequence
-from typing import Any, Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
@@ -32,7 +32,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status
 
-from brickscope import _catalog, _checksum, _kernel_sources, _record, _scope, _scope_data, _state
+from brickscope import _catalog, _checksum, _kernel_sources, _record, _scope_data, _state
+from brickscope._scope import _scopes
 from brickscope.sdk import _config
 from brickscope.trace import attributes as A
 
@@ -111,11 +112,11 @@ def reset_globals() -> None:
         _config.shutdown()
     _state.recorder = _state.configured = None
     _catalog.reset()
-    _scope._warned.clear()  # noqa: SLF001 - so each test sees its own once-only warnings
-    _scope_data._warned.clear()  # noqa: SLF001
+    _scopes._warned.clear()  # so each test sees its own once-only warnings
+    _scope_data._warned.clear()
     _kernel_sources.reset()
-    _checksum._warned.clear()  # noqa: SLF001
-    _config._warned.clear()  # noqa: SLF001
+    _checksum._warned.clear()
+    _config._warned.clear()
     _record.TOP.set(None)
 
 

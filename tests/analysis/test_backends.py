@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from brickscope.analysis import get_backend
 from brickscope.analysis._stats import nearest_rank

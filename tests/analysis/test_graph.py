@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from analysis_synthetic import write_otlp_json, write_pftrace
 from analysis_graph_cases import RESOURCE, SOURCE_HASH, T0, US, gpu, table_of, two_streams
+from analysis_synthetic import write_otlp_json, write_pftrace
 
 from brickscope import analysis
 from brickscope.analysis import median_graph, step_graphs

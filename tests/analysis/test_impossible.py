@@ -13,8 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from brickscope.cli import main
 from brickscope.trace import attributes as A

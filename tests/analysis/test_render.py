@@ -5,9 +5,7 @@
 from __future__ import annotations
 
 import json
-import re
 
-import pytest
 from analysis_synthetic import _resource, span
 
 from brickscope import analysis

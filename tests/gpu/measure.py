@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from simdriver import SimDriver, build_simdriver  # noqa: E402
+from simdriver import SimDriver, build_simdriver
 
 
 def summary(name: str, values: list[int]) -> str:

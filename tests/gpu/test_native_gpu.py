@@ -31,10 +31,10 @@ def test_cuda_spans_are_the_same_under_both_implementations(simdriver_env: dict[
     pytest.importorskip("cuda.bindings.driver", reason="cuda-python (cuda-bindings) is not installed")
     if importlib.util.find_spec("brickscope._hotpath") is None and not native.REQUIRE_NATIVE:
         pytest.skip("brickscope._hotpath is not built here (no C compiler?): nothing to compare")
-    python, native = run(simdriver_env, pure=True), run(simdriver_env, pure=False)
+    python, c = run(simdriver_env, pure=True), run(simdriver_env, pure=False)
     # (the session's report table loads brickscope._tablerows too: same switch)
     # (the SDK fast paths, "sdk.*", are listed there too: the accelerators are the rest)
-    accelerators = [{k: v for k, v in run.pop("implementation").items() if not k.startswith("sdk.")} for run in (python, native)]
+    accelerators = [{k: v for k, v in run.pop("implementation").items() if not k.startswith("sdk.")} for run in (python, c)]
     assert accelerators[0] == {"brickscope._hotpath": "python", "brickscope._tablerows": "python"}
     assert accelerators[1] == {"brickscope._hotpath": "c", "brickscope._tablerows": "c"}
     # What the program is meant to exercise, counted by hand: steps 0 and 2 traced, 9 spans
@@ -43,5 +43,5 @@ def test_cuda_spans_are_the_same_under_both_implementations(simdriver_env: dict[
     assert (stats["spans_emitted"], stats["gpu_timing_errors"], stats["scopes_unsampled"]) == (18, 3, 9)
     clocks = {(s["name"], s["attributes"]["brickscope.clock"]) for s in python["spans"]}
     assert ("record_fails", "host") in clocks and ("softmax_kernel", "cuda") in clocks and ("nested", "cuda") in clocks
-    assert native["spans"] == python["spans"]
-    assert native["stats"] == python["stats"]
+    assert c["spans"] == python["spans"]
+    assert c["stats"] == python["stats"]

@@ -249,7 +249,7 @@ class _GrpcService:
         self._signal = signal
         self._response = response
 
-    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - the proto's name
+    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:  # the proto's name
         receiver = self._receiver
         fault = receiver._next_fault(self._signal)
         if fault is not None:
@@ -351,7 +351,7 @@ class HttpReceiver(_Receiver):
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:  # http.server's name
                 signal = {"/v1/traces": "traces", "/v1/metrics": "metrics"}.get(self.path)
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if signal is None:

@@ -23,14 +23,14 @@ RESOURCE = Resource.create({"service.name": "env-test"})
 
 
 def exporters_of(provider: TracerProvider) -> list[type]:
-    processors = provider._active_span_processor._span_processors  # noqa: SLF001 - no public view
+    processors = provider._active_span_processor._span_processors  # no public view
     return [type(p.span_exporter) for p in processors if isinstance(p, BatchSpanProcessor)]
 
 
 def queue_size(provider: TracerProvider) -> int:
-    processors = provider._active_span_processor._span_processors  # noqa: SLF001
+    processors = provider._active_span_processor._span_processors
     (processor,) = [p for p in processors if isinstance(p, BatchSpanProcessor)]
-    return processor._batch_processor._max_queue_size  # noqa: SLF001
+    return processor._batch_processor._max_queue_size
 
 
 @pytest.fixture
@@ -99,7 +99,7 @@ class TestMeterProviderFromEnvironment:
         provider = _environment.meter_provider_from_environment(RESOURCE)
         built.append(provider)
         assert isinstance(provider, MeterProvider)
-        (reader,) = provider._metric_readers  # noqa: SLF001 - no public view
+        (reader,) = provider._metric_readers  # no public view
         assert isinstance(reader, PeriodicExportingMetricReader)
 
 

@@ -9,7 +9,7 @@ import pytest
 from otlp_receiver import free_port
 
 pytest.importorskip("opentelemetry.exporter.prometheus", reason="the 'prometheus' extra is not installed")
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402 - after the skip
+from prometheus_client.parser import text_string_to_metric_families
 
 STEPS, LAYERS = 2, 2
 

@@ -41,7 +41,7 @@ with bs.step(0), bs.layer(3):
     with bs.brick("attention_score", elements=4096, stream=None, heads=32) as b:
         assert_type(b, bs.Scope)
         with bs.kernel("flash_fwd", grid=(32, 8), block=128, shared_mem_bytes=65536) as k:
-            reveal_type(k)  # Scope
+            reveal_type(k)  # noqa: F821 - Scope (mypy knows reveal_type; this file is never run)
         with bs.tile("macro", elements=1024):
             pass
         bs.event("eos", token=2)

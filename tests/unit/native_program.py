@@ -12,8 +12,7 @@ import asyncio
 import json
 import threading
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import context as otel_context, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -21,9 +20,9 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 import brickscope as bs
-from brickscope import native, _scope_data
-from brickscope.testing import SequentialIdGenerator, capture_spans
+from brickscope import _scope_data, native
 from brickscope.sdk.trace import _recorder, _spans
+from brickscope.testing import SequentialIdGenerator, capture_spans
 
 EPOCH = 1_700_000_000_000_000_000
 
@@ -85,7 +84,7 @@ def program(tracer: trace.Tracer) -> None:
             shared = bs.brick("shared")
 
             def gen() -> object:
-                with shared:
+                with shared:  # noqa: B023 - both generators run within this iteration
                     yield 1
                     yield 2
 

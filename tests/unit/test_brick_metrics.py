@@ -102,7 +102,7 @@ class TestExactCounters:
             captured.session.sync()
             (count, _, elements) = counters(reader)[("ffn_up", "ffn")]
             assert (count, elements) == (4 * 500, 500 * (1 + 2 + 3 + 4))
-            assert captured.session.sync_processor.unsampled._tables == []  # noqa: SLF001
+            assert captured.session.sync_processor.unsampled._tables == []
 
     @pytest.mark.parametrize("fold", ["at_close", "python_reference"])
     def test_unusual_bricks_fold_exactly(self, clock, fold, counters):
@@ -165,12 +165,12 @@ class TestExactCounters:
         with capture_spans(TracerProvider(sampler=ALWAYS_OFF), meter_provider=meters) as first:
             decode_step(clock, 0)
         old = first.session.aggregator
-        assert old._hand_over is None  # noqa: SLF001
+        assert old._hand_over is None
         with capture_spans(TracerProvider(sampler=ALWAYS_OFF), meter_provider=meters) as second:
             decode_step(clock, 1)
             assert counters(reader) == per_step(2)
-            totals = second.session.aggregator._totals  # noqa: SLF001
-            assert totals._collect_hooks == [second.session.sync_processor.hand_over_unsampled]  # noqa: SLF001
+            totals = second.session.aggregator._totals
+            assert totals._collect_hooks == [second.session.sync_processor.hand_over_unsampled]
 
     def test_elements_only_for_bricks_that_count_them(self, clock):
         reader = InMemoryMetricReader()
@@ -223,7 +223,7 @@ class Hold(SpanProcessor):
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def on_end(self, span) -> None:  # noqa: ANN001
+    def on_end(self, span) -> None:
         if not self.entered.is_set():
             self.entered.set()
             assert self.release.wait(WAIT_S)

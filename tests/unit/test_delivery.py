@@ -229,19 +229,19 @@ class TestEveryLossIsCounted:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(exporter))
         session = bs.configure(provider, clock="host")
-        builder = session.sync_processor._resolver._builder  # noqa: SLF001
+        builder = session.sync_processor._resolver._builder
         if inject == "build":  # the Python seam (the C loop, which builds without it, off)
             real_build = builder.build
 
             def build(rec):
-                if rec.owner._name == "broken":  # noqa: SLF001
+                if rec.owner._name == "broken":
                     raise RuntimeError("injected")
                 return real_build(rec)
 
             monkeypatch.setattr(builder, "build", build)
             monkeypatch.setattr(builder, "drain", None)
         else:  # a broken catalog entry: the C span maker and the Python builder both fail on it
-            _catalog._resolved[("broken", None)] = object()  # noqa: SLF001 - reset_globals clears it
+            _catalog._resolved[("broken", None)] = object()  # reset_globals clears it
         for name in ("rms_norm", "broken", "ffn_up"):
             with bs.brick(name):
                 pass

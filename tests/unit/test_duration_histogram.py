@@ -10,12 +10,12 @@ from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMet
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from brickscope._otel_context import EMPTY_CONTEXT, with_span
 from brickscope import native
+from brickscope._otel_context import EMPTY_CONTEXT, with_span
 from brickscope.sdk import _otel_internals
 from brickscope.sdk.trace import _totals
-from brickscope.trace import attributes as A
 from brickscope.sdk.trace._aggregation import DURATION_BUCKETS_S
+from brickscope.trace import attributes as A
 
 NORM = {A.BRICK_NAME: "rms_norm", A.BRICK_CATEGORY: "norm"}
 FFN = {A.BRICK_NAME: "ffn_up", A.BRICK_CATEGORY: "ffn"}

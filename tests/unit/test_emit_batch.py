@@ -17,11 +17,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 import brickscope as bs
-from brickscope.testing import SequentialIdGenerator, reset_globals
 from brickscope.sdk import _otel_internals
-from brickscope.sdk.trace import _aggregation, _sdk, _spans
-from brickscope.trace import attributes as A
+from brickscope.sdk.trace import _aggregation, _spans
 from brickscope.sdk.trace._aggregation import CategoryAggregator
+from brickscope.testing import SequentialIdGenerator, reset_globals
+from brickscope.trace import attributes as A
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +55,7 @@ class BlockedExporter(SpanExporter):
         self.release = threading.Event()
         self.exported: list[str] = []
 
-    def export(self, spans):  # noqa: ANN001
+    def export(self, spans):
         self.release.wait(10)
         self.exported.extend(span.name for span in spans)
         return SpanExportResult.SUCCESS
@@ -146,7 +146,7 @@ class TestEmitBatch:
         batch.shutdown()
         _bricks(10)
         bs.sync()
-        assert len(batch._batch_processor._queue) == 0  # noqa: SLF001
+        assert len(batch._batch_processor._queue) == 0
         assert exporter.get_finished_spans() == ()
         session.shutdown()
 
@@ -154,14 +154,14 @@ class TestEmitBatch:
         """_sdk_batch_queue finds the SDK's own queue, and nothing for a processor whose on_end
         or whose queue's emit is not the SDK's."""
         plain = BatchSpanProcessor(InMemorySpanExporter())
-        assert _otel_internals.sdk_batch_queue(plain) is plain._batch_processor  # noqa: SLF001
+        assert _otel_internals.sdk_batch_queue(plain) is plain._batch_processor
 
         class Overriding(BatchSpanProcessor):
             def on_end(self, span: ReadableSpan) -> None:
                 super().on_end(span)
 
-        assert _otel_internals.sdk_batch_queue(Overriding(InMemorySpanExporter())) is None  # noqa: SLF001
-        assert _otel_internals.sdk_batch_queue(SimpleSpanProcessor(InMemorySpanExporter())) is None  # noqa: SLF001
+        assert _otel_internals.sdk_batch_queue(Overriding(InMemorySpanExporter())) is None
+        assert _otel_internals.sdk_batch_queue(SimpleSpanProcessor(InMemorySpanExporter())) is None
         plain.shutdown()
 
 
@@ -173,11 +173,11 @@ def _spans_of(build: str, ids: str, seed: int = 7) -> list[tuple]:
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     session = bs.configure(provider, clock="host")
-    builder = session.sync_processor._resolver._builder  # noqa: SLF001
+    builder = session.sync_processor._resolver._builder
     if build == "python":
-        builder._fast = builder.drain = None  # noqa: SLF001
+        builder._fast = builder.drain = None
     else:
-        assert builder._fast is not None  # noqa: SLF001
+        assert builder._fast is not None
     bs.register_kernel_source("gemm_kernel", "__global__ void gemm() {}")  # the kernel source hash attribute
     with bs.step(3):
         for layer in range(2):
@@ -206,13 +206,13 @@ def _spans_of(build: str, ids: str, seed: int = 7) -> list[tuple]:
             span.end_time >= span.start_time, span.dropped_attributes, span.dropped_events,
         ))  # fmt: skip
         if span.name != "noted":
-            assert vars(span).keys() == set(_spans._SPAN_FIELDS)  # noqa: SLF001
+            assert vars(span).keys() == set(_spans._SPAN_FIELDS)
             assert span.to_json()  # what the console exporter reads
     reset_globals()
     return out
 
 
-@pytest.mark.skipif(not _spans._MAKER_USABLE, reason="the C span maker is not in use (pure Python, or an unexpected SDK)")  # noqa: SLF001
+@pytest.mark.skipif(not _spans._MAKER_USABLE, reason="the C span maker is not in use (pure Python, or an unexpected SDK)")
 class TestSpanMaker:
     @pytest.mark.parametrize("ids", ["random", "sequential"])
     def test_the_c_maker_builds_what_the_python_builder_builds(self, ids):
@@ -232,8 +232,8 @@ class TestSpanMaker:
             provider.add_span_processor(SimpleSpanProcessor(exporter))
             session = bs.configure(provider, clock="host")
             if build == "python":
-                builder = session.sync_processor._resolver._builder  # noqa: SLF001
-                builder._fast = builder.drain = None  # noqa: SLF001
+                builder = session.sync_processor._resolver._builder
+                builder._fast = builder.drain = None
             with bs.brick("outer"):
                 with bs.brick("inner"):
                     pass
@@ -263,19 +263,19 @@ class TestFoldBatch:
 
     def test_c_sums_equal_the_python_sums(self):
         """brickscope._hotpath.fold_sums gives the reference loop's sums and histogram values."""
-        if _aggregation._fold_sums is None:  # noqa: SLF001
+        if _aggregation._fold_sums is None:
             pytest.skip("pure Python: no C fold")
         spans, attributes = self._spans()
         c_sums, c_values, py_sums, py_values = {}, [], {}, []
-        assert _aggregation._fold_sums(spans, attributes, _aggregation._SUM_KEYS, c_sums, c_values)  # noqa: SLF001
-        CategoryAggregator()._fold_sums(spans, attributes, py_sums, py_values)  # noqa: SLF001
+        assert _aggregation._fold_sums(spans, attributes, _aggregation._SUM_KEYS, c_sums, c_values)
+        CategoryAggregator()._fold_sums(spans, attributes, py_sums, py_values)
         assert c_sums == py_sums and c_values == py_values
         assert c_sums[("rms_norm", "norm")][0] == 20
 
     def test_unusual_attributes_go_to_the_python_loop(self):
         """A batch with a brick the C fold does not read (no brick name, a float self time,
         a mapping that is not a dict) is left whole to the Python loop, which folds it."""
-        if _aggregation._fold_sums is None:  # noqa: SLF001
+        if _aggregation._fold_sums is None:
             pytest.skip("pure Python: no C fold")
         spans, attributes = self._spans()
         for change in (
@@ -285,9 +285,9 @@ class TestFoldBatch:
             attrs = [dict(a) for a in attributes]
             change(attrs[0])
             sums: dict = {}
-            assert not _aggregation._fold_sums(spans, attrs, _aggregation._SUM_KEYS, sums, None)  # noqa: SLF001
+            assert not _aggregation._fold_sums(spans, attrs, _aggregation._SUM_KEYS, sums, None)
             assert sums == {}
-        assert not _aggregation._fold_sums(spans, [a.items() for a in attributes], _aggregation._SUM_KEYS, {}, None)  # noqa: SLF001
+        assert not _aggregation._fold_sums(spans, [a.items() for a in attributes], _aggregation._SUM_KEYS, {}, None)
 
     def test_a_batch_folds_as_spans_one_by_one(self):
         """fold_batch and fold give the same report table, totals and brick figures."""

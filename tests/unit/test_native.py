@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import brickscope as bs
-from brickscope import native, _record, _scope
+from brickscope import _record, _scope, native
 from brickscope.sdk.trace import _recorder
 
 PROGRAM = Path(__file__).with_name("native_program.py")
@@ -57,10 +57,10 @@ def test_the_accelerator_gives_the_spans_of_the_reference():
     spans (ids, parents, times, attributes, events, status), counters and metrics."""
     if importlib.util.find_spec("brickscope._hotpath") is None and not native.REQUIRE_NATIVE:
         pytest.skip("brickscope._hotpath is not built here (no C compiler?): nothing to compare")
-    python, native = _run_program(pure=True), _run_program(pure=False)
+    python, c = _run_program(pure=True), _run_program(pure=False)
     # (the session's report table loads brickscope._tablerows too: same switch)
     # (the SDK fast paths, "sdk.*", are listed there too: the accelerators are the rest)
-    accelerators = [{k: v for k, v in run.pop("implementation").items() if not k.startswith("sdk.")} for run in (python, native)]
+    accelerators = [{k: v for k, v in run.pop("implementation").items() if not k.startswith("sdk.")} for run in (python, c)]
     assert accelerators[0] == {"brickscope._hotpath": "python", "brickscope._tablerows": "python"}
     assert accelerators[1] == {"brickscope._hotpath": "c", "brickscope._tablerows": "c"}
     # The program exercised what it is meant to: figures counted by hand from it.
@@ -72,9 +72,9 @@ def test_the_accelerator_gives_the_spans_of_the_reference():
     assert "while_disabled" not in names and "unsampled_parent" not in names
     errors = [span for span in python["spans"] if span["status"][0] == "ERROR"]
     assert sorted(span["name"] for span in errors) == ["decorated", "decorated", "ffn_down", "ffn_down", "handle", "handle"]
-    assert native["spans"] == python["spans"]
-    assert native["stats"] == python["stats"]
-    assert native["metrics"] == python["metrics"]
+    assert c["spans"] == python["spans"]
+    assert c["stats"] == python["stats"]
+    assert c["metrics"] == python["metrics"]
 
 
 def test_sequential_ids_are_the_same_on_every_run():

@@ -23,7 +23,7 @@ def fake_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     monkeypatch.setitem(sys.modules, FAKE, module)
     monkeypatch.setattr(native, "PURE_PYTHON", False)
     yield module
-    native._parts.pop(FAKE, None)  # noqa: SLF001
+    native._parts.pop(FAKE, None)
 
 
 def c_accelerators_not_in_use(parts: dict[str, native.Implementation]) -> list[str]:
@@ -69,7 +69,7 @@ class TestAbiVersion:
 
         expected = {
             "brickscope._hotpath": _record.HOTPATH_ABI,
-            "brickscope._tablerows": _table._TABLEROWS_ABI,  # noqa: SLF001
+            "brickscope._tablerows": _table._TABLEROWS_ABI,
         }
         for name, abi in expected.items():
             module = sys.modules.get(name)
@@ -134,8 +134,8 @@ SPAN_MAKER_FIELDS = (
 class TestSpanKeys:
     def test_the_c_key_table_is_the_python_one(self, hotpath) -> None:
         """The span maker's keys, by name, are sdk/trace/_spans.py's, in its order."""
-        assert tuple(hotpath.SPAN_KEYS) == _spans._MAKER_KEY_NAMES  # noqa: SLF001
-        assert _spans._key_mismatch(hotpath.SPAN_KEYS) is None  # noqa: SLF001
+        assert tuple(hotpath.SPAN_KEYS) == _spans._MAKER_KEY_NAMES
+        assert _spans._key_mismatch(hotpath.SPAN_KEYS) is None
 
     @pytest.mark.parametrize(
         ("change", "message"),
@@ -148,7 +148,7 @@ class TestSpanKeys:
     )
     def test_a_c_key_table_that_differs_is_detected(self, change, message) -> None:
         """A C build whose key table is reordered, renamed or shorter is found at import (and refused)."""
-        mismatch = _spans._key_mismatch(change(_spans._MAKER_KEY_NAMES))  # noqa: SLF001
+        mismatch = _spans._key_mismatch(change(_spans._MAKER_KEY_NAMES))
         assert mismatch is not None and message in mismatch
 
     @pytest.mark.parametrize(
@@ -162,24 +162,24 @@ class TestSpanKeys:
     def test_the_span_maker_refuses_keys_that_differ(self, hotpath, change, message) -> None:
         """SpanMaker's registration compares the key names with its own table, by name and order."""
         fields = dict.fromkeys(SPAN_MAKER_FIELDS)
-        fields["key_names"] = change(_spans._MAKER_KEY_NAMES)  # noqa: SLF001
-        fields["fields"] = _spans._SPAN_FIELDS  # noqa: SLF001
+        fields["key_names"] = change(_spans._MAKER_KEY_NAMES)
+        fields["fields"] = _spans._SPAN_FIELDS
         with pytest.raises(ValueError, match=message):
             hotpath.SpanMaker(**fields)
 
 
 @pytest.fixture
 def tablerows():
-    if _table._fast is None:  # noqa: SLF001
+    if _table._fast is None:
         pytest.skip("no C row maker")
-    return _table._fast  # noqa: SLF001
+    return _table._fast
 
 
 def _setup_fields(**changes):
     fields = dict(
-        key_names=_table._KEY_NAMES, keys=_table._KEYS, columns=tuple(_table.COLUMNS),  # noqa: SLF001
-        typecodes="".join(_table._TYPECODES[d] for d in _table.COLUMNS.values()),  # noqa: SLF001
-        kind_codes=_table._KIND_CODES, clock_cuda="cuda", clock_gpu="gpu", hash=hash, clean=None,  # noqa: SLF001
+        key_names=_table._KEY_NAMES, keys=_table._KEYS, columns=tuple(_table.COLUMNS),
+        typecodes="".join(_table._TYPECODES[d] for d in _table.COLUMNS.values()),
+        kind_codes=_table._KIND_CODES, clock_cuda="cuda", clock_gpu="gpu", hash=hash, clean=None,
     )  # fmt: skip
     fields.update(changes)
     return fields
@@ -189,9 +189,9 @@ class TestRowKeys:
     @pytest.mark.parametrize(
         ("changes", "message"),
         [
-            ({"key_names": (_table._KEY_NAMES[1], _table._KEY_NAMES[0], *_table._KEY_NAMES[2:])}, r"key_names\[0\] is BRICK_CATEGORY"),  # noqa: SLF001
-            ({"key_names": (*_table._KEY_NAMES[:12], "byte_count", *_table._KEY_NAMES[13:])}, r"key_names\[12\] is byte_count, the C table has bytes"),  # noqa: SLF001
-            ({"key_names": _table._KEY_NAMES[:-1]}, r"key_names\[34\] is \(nothing\)"),  # noqa: SLF001
+            ({"key_names": (_table._KEY_NAMES[1], _table._KEY_NAMES[0], *_table._KEY_NAMES[2:])}, r"key_names\[0\] is BRICK_CATEGORY"),
+            ({"key_names": (*_table._KEY_NAMES[:12], "byte_count", *_table._KEY_NAMES[13:])}, r"key_names\[12\] is byte_count, the C table has bytes"),
+            ({"key_names": _table._KEY_NAMES[:-1]}, r"key_names\[34\] is \(nothing\)"),
             ({"columns": ("kind", "op", *tuple(_table.COLUMNS)[2:])}, r"columns\[0\] is kind, the C table has op"),
         ],
         ids=["reordered-key", "renamed-key", "missing-key", "reordered-column"],

@@ -9,8 +9,7 @@ import pickle
 
 import pytest
 
-from brickscope.offline import SpanStream, TraceFileError, open_spans
-from brickscope.offline import _source
+from brickscope.offline import SpanStream, TraceFileError, _source, open_spans
 
 
 def _request(*names: str) -> dict:

@@ -34,10 +34,10 @@ def _fresh_paths(monkeypatch, caplog):
     caplog.set_level(logging.INFO, LOGGER)
     for name, path in oi.FAST_PATHS.items():
         monkeypatch.setattr(path, "on", None)
-        if name in native._parts:  # noqa: SLF001
-            monkeypatch.setitem(native._parts, name, native._parts[name])  # noqa: SLF001
+        if name in native._parts:
+            monkeypatch.setitem(native._parts, name, native._parts[name])
         else:
-            monkeypatch.delitem(native._parts, name, raising=False)  # noqa: SLF001
+            monkeypatch.delitem(native._parts, name, raising=False)
     yield
     reset_globals()
 
@@ -49,7 +49,7 @@ def fake_release(monkeypatch, version: str) -> None:
 def only_off(monkeypatch, version: str, *names: str) -> None:
     """Fake ``version`` as the installed release, still within every fast path's range but ``names``'."""
     fake_release(monkeypatch, version)
-    release = oi._release(version)  # noqa: SLF001
+    release = oi._release(version)
     wide = (min(release, (1, 30)), max(release, (1, 45)))
     monkeypatch.setattr(oi, "CHECKED", {name: (oi.CHECKED[name] if name in names else wide) for name in oi.CHECKED})
 
@@ -111,7 +111,7 @@ class TestFastPathsOnTheInstalledSdk:
         assert oi.proxy_without_sdk(_ProxyHistogram("h", "s", "d"))
         assert state("sdk.resource_rewrite").in_use == state("sdk.proxy_instrument").in_use == "fast"
 
-    @pytest.mark.skipif(not _spans._MAKER_USABLE, reason="the C span maker is not in use")  # noqa: SLF001
+    @pytest.mark.skipif(not _spans._MAKER_USABLE, reason="the C span maker is not in use")
     def test_the_readable_span_path_is_fast_with_the_c_maker(self):
         """The C span maker writes ReadableSpan's fields: the probe passed."""
         assert oi.readable_span_fields(_spans.INSTRUMENTATION_SCOPE) == oi.READABLE_SPAN_FIELDS
@@ -214,7 +214,7 @@ class TestAFailedProbe:
         oi.FAST_PATHS["sdk.processor_order"].on = None  # (the fixture puts it back)
 
         def without_lock(provider):
-            provider._active_span_processor._lock = contextlib.nullcontext()  # noqa: SLF001 - the SDK's own use still works
+            provider._active_span_processor._lock = contextlib.nullcontext()  # the SDK's own use still works
 
         names, stats, _ = run_session(prepare=without_lock)
         assert (names, delivery(stats)) == (expected[0], delivery(expected[1]))
@@ -224,7 +224,7 @@ class TestAFailedProbe:
     def test_a_provider_without_its_processor_tuple_is_refused(self, caplog):
         """No ``_span_processors`` tuple: configure raises, with one log line."""
         provider = TracerProvider(shutdown_on_exit=False)
-        provider._active_span_processor._span_processors = list(provider._active_span_processor._span_processors)  # noqa: SLF001
+        provider._active_span_processor._span_processors = list(provider._active_span_processor._span_processors)
         with pytest.raises(ValueError, match="is not a tuple"):
             bs.configure(provider, clock="host")
         assert len(off_lines(caplog, "sdk.span_processors")) == 1
@@ -235,7 +235,7 @@ class TestAFailedProbe:
         reset_globals()
 
         oi.FAST_PATHS["sdk.batch_queue"].on = None  # (the fixture puts it back)
-        original = oi._probe_batch_queue  # noqa: SLF001
+        original = oi._probe_batch_queue
         monkeypatch.setattr(oi.FAST_PATHS["sdk.batch_queue"], "probe", lambda p: original(_without(p, "_max_export_batch_size")))
         names, stats, _ = run_session(BatchSpanProcessor)
         assert (names, delivery(stats)) == (expected[0], delivery(expected[1]))
@@ -255,15 +255,26 @@ class TestAFailedProbe:
     def test_a_proxy_without_its_real_instrument_is_recorded_into(self, monkeypatch, caplog):
         """A proxy histogram without ``_real_instrument``: treated as real (recording is harmless)."""
         proxy = _ProxyHistogram("h", "s", "d")
-        del proxy._real_instrument  # noqa: SLF001
+        del proxy._real_instrument
         assert not oi.proxy_without_sdk(proxy)
         assert len(off_lines(caplog, "sdk.proxy_instrument")) == 1
 
     def test_a_meter_provider_with_another_layout_records_per_value(self, caplog):
         """A measurement consumer whose reader storages are not a dict: every value through record()."""
         meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
-        meter_provider._measurement_consumer._reader_storages = list(meter_provider._measurement_consumer._reader_storages.values())  # noqa: SLF001
+        meter_provider._measurement_consumer._reader_storages = list(meter_provider._measurement_consumer._reader_storages.values())
         assert not oi.can_add_points(meter_provider, object(), (1.0,))
+        assert len(off_lines(caplog, "sdk.histogram")) == 1
+
+    def test_a_metrics_sdk_whose_internal_modules_do_not_import_is_said_once(self, monkeypatch, caplog):
+        """Where the metrics SDK's private modules are not the known ones (its imports failed),
+        the histogram fast path is listed as off with the reason and logged once, as every path."""
+        monkeypatch.setattr(oi, "_SdkMeterProvider", None)
+        meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+        for _ in range(2):
+            assert not oi.can_add_points(meter_provider, object(), (1.0,))
+        reason = "layout probe failed: the metrics SDK's _internal modules are not the ones known"
+        assert state("sdk.histogram") == native.Implementation("reference", reason)
         assert len(off_lines(caplog, "sdk.histogram")) == 1
 
     def test_the_decision_is_kept_and_logged_once(self, monkeypatch, caplog):
@@ -276,9 +287,9 @@ class TestAFailedProbe:
 
 def _without(processor, field):
     """A BatchSpanProcessor-shaped stand-in whose BatchProcessor (the SDK's class) lacks ``field``."""
-    real = processor._batch_processor  # noqa: SLF001
+    real = processor._batch_processor
     shadow = type(real).__new__(type(real))
     shadow.__dict__.update({key: value for key, value in vars(real).items() if key != field})
     stand_in = type("Shaped", (), {})()
-    stand_in._batch_processor = shadow  # noqa: SLF001
+    stand_in._batch_processor = shadow
     return stand_in

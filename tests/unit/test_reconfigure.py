@@ -77,7 +77,7 @@ class TestValidateThenAct:
             pass
         session.sync()
         assert [s.name for s in exporter.get_finished_spans()] == ["rms_norm"]
-        assert provider._active_span_processor._span_processors[0] is session.sync_processor  # noqa: SLF001
+        assert provider._active_span_processor._span_processors[0] is session.sync_processor
 
 
 class TestReconfigure:
@@ -160,7 +160,7 @@ class TestReconfigure:
 
 class TestMisuseIsSaidOnce:
     def test_a_brick_before_configure_warns_once_and_records_nothing(self, caplog):
-        _state.recorder = _state._NotConfigured()  # noqa: SLF001 - as at import, before any configure()
+        _state.recorder = _state._NotConfigured()  # as at import, before any configure()
         with caplog.at_level(logging.WARNING, logger="brickscope"):
             for _ in range(3):
                 with bs.brick("rms_norm"):
@@ -172,7 +172,7 @@ class TestMisuseIsSaidOnce:
         assert isinstance(token, bs.ScopeToken)
 
     def test_configure_after_the_warning_records(self):
-        _state.recorder = _state._NotConfigured()  # noqa: SLF001
+        _state.recorder = _state._NotConfigured()
         with bs.brick("rms_norm"):
             pass
         provider, exporter = provider_with_memory()

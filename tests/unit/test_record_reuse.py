@@ -24,10 +24,9 @@ from opentelemetry.trace import StatusCode
 
 import brickscope as bs
 from brickscope import _record, _scope, _state
-from brickscope.testing import capture_spans
 from brickscope.sdk.trace import _recorder
+from brickscope.testing import capture_spans
 from brickscope.trace import attributes as A
-
 
 #: More scopes than the free lists keep, so that later scopes take reused memory.
 MANY = 600

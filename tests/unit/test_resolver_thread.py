@@ -18,9 +18,9 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
 import brickscope as bs
 from brickscope import environment_variables as env
+from brickscope.sdk.trace._worker import THREAD_NAME
 from brickscope.testing import capture_spans
 from brickscope.trace import attributes as A
-from brickscope.sdk.trace._worker import THREAD_NAME
 
 WAIT_S = 30  # a bound on a hang, not a speed expectation
 
@@ -36,7 +36,7 @@ class Gate(SpanProcessor):
         self.seen = threading.Event()
         self.expect = expect
 
-    def on_end(self, span) -> None:  # noqa: ANN001
+    def on_end(self, span) -> None:
         self.threads.append(threading.current_thread().name)
         if self.hold and not self.entered.is_set():
             self.entered.set()
@@ -109,7 +109,7 @@ class TestResolverThread:
             assert not stopper.is_alive()
             stats = session.stats()
             spans = captured.exporter.get_finished_spans()
-            assert not session.sync_processor._worker.alive  # noqa: SLF001
+            assert not session.sync_processor._worker.alive
         assert stats["pending"] == 0
         assert stats["spans_emitted"] == 6 + 3 * 11
         assert len(spans) == 6 + 3 * 11
@@ -179,9 +179,9 @@ class TestResolverThread:
         with capture_spans(provider, resolver="thread", step_sampling="every=2", max_delay_millis=1e9) as captured:
             recorder = captured.session.sync_processor.recorder
             deadline = time.monotonic() + WAIT_S
-            while recorder._next_poll_ns != 0 and time.monotonic() < deadline:  # noqa: SLF001
+            while recorder._next_poll_ns != 0 and time.monotonic() < deadline:
                 time.sleep(0.001)  # the thread starting up and going to sleep
-            assert recorder._next_poll_ns == 0  # noqa: SLF001
+            assert recorder._next_poll_ns == 0
             wake, wakes = recorder.wake, []
             recorder.wake = lambda: (wakes.append(len(recorder.pending)), wake())
             for number in (1, 3, 5):  # not sampled

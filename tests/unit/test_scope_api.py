@@ -8,8 +8,7 @@ import logging
 import threading
 
 import pytest
-from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import context as otel_context, trace
 
 import brickscope as bs
 from brickscope._scope import Brick

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from brickscope.offline import _formats
-from brickscope.exporter.flamegraph import FlamegraphSpanExporter
 
 from brickscope.cli import main
+from brickscope.exporter.flamegraph import FlamegraphSpanExporter
+from brickscope.offline import _formats
 
 
 def _run(args: list[str]) -> int:

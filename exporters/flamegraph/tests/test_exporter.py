@@ -10,7 +10,6 @@ import time
 from importlib.metadata import entry_points
 
 import pytest
-from brickscope.exporter.flamegraph import FlamegraphSpanExporter
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
@@ -19,6 +18,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from brickscope.exporter.flamegraph import FlamegraphSpanExporter
 from brickscope.trace import attributes as A
 
 LOGGER = "brickscope.exporter.flamegraph._exporter"

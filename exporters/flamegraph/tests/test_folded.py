@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 
 import pytest
+
 from brickscope.exporter.flamegraph._folded import apportion, folded_lines
 from brickscope.exporter.flamegraph._names import UNNAMED, folded_frame, speedscope_frame
 from brickscope.exporter.flamegraph._stacks import StackAggregator

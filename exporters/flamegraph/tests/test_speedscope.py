@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from brickscope.exporter.flamegraph._speedscope import speedscope_document
 from brickscope.exporter.flamegraph._stacks import StackAggregator
 from brickscope.exporter.flamegraph._weights import Weight

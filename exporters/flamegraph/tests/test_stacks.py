@@ -12,12 +12,11 @@ import random
 from typing import Any
 
 import pytest
-from brickscope.exporter.flamegraph._stacks import StackAggregator
-from brickscope.exporter.flamegraph._weights import Weight
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from opentelemetry.sdk.resources import Resource
 
+from brickscope.exporter.flamegraph._stacks import StackAggregator
+from brickscope.exporter.flamegraph._weights import Weight
 from brickscope.trace import attributes as A
 
 US = 1_000

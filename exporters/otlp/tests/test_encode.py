@@ -7,8 +7,8 @@ import logging
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as official_encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
@@ -16,7 +16,6 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 import brickscope as bs
@@ -203,7 +202,7 @@ class TestCaches:
                 for i in range(1, 40)
             ]
             assert encoder.encode(spans) == official(spans)
-            caches = encoder._caches  # noqa: SLF001 - the bound is the behaviour under test
+            caches = encoder._caches  # the bound is the behaviour under test
             assert max(len(caches.strings), len(caches.ints), len(caches.names), len(caches.keys)) <= 8
 
     def test_a_value_equal_across_types_is_cached_per_type(self):

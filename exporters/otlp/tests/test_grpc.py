@@ -14,7 +14,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from brickscope.exporter.otlp import OTLPGrpcSpanExporter
+from brickscope.exporter.otlp import OTLPGrpcSpanExporter, _grpc
 from brickscope.exporter.otlp._grpc import _EncodedTraceServiceStub
 
 
@@ -67,8 +67,8 @@ def test_sends_the_official_encoding(receiver, make_spans):
 def test_a_reconnection_keeps_the_encoded_stub(receiver, make_spans):
     """The official exporter re-creates channel and stub after UNAVAILABLE: still bytes."""
     exporter = exporter_to(receiver.endpoint)
-    exporter._initialize_channel_and_stub()  # noqa: SLF001 - what the official retry loop calls
-    assert isinstance(exporter._client, _EncodedTraceServiceStub)  # noqa: SLF001
+    exporter._initialize_channel_and_stub()  # what the official retry loop calls
+    assert isinstance(exporter._client, _EncodedTraceServiceStub)
     batch = make_spans(5)
     assert exporter.export(batch) is SpanExportResult.SUCCESS
     assert receiver.requests == [official_encode_spans(batch).SerializeToString()]
@@ -95,6 +95,27 @@ def test_another_layout_falls_back_to_the_official_encoder(receiver, monkeypatch
         exporter = exporter_to(receiver.endpoint)
     assert not exporter.fast_encoding
     assert "encoded by the official (slower) encoder" in caplog.text
+    batch = make_spans(4)
+    assert exporter.export(batch) is SpanExportResult.SUCCESS
+    assert receiver.requests == [official_encode_spans(batch).SerializeToString()]
+    exporter.shutdown()
+
+
+@pytest.mark.parametrize("distribution", ["opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-grpc"])
+def test_a_release_outside_those_checked_uses_the_official_encoder(
+    receiver, monkeypatch, caplog, make_spans, distribution
+):
+    """An SDK or official exporter newer than 1.45 (forced past the pins): one warning naming
+    it, the official stub left in place, the official encoding sent."""
+    monkeypatch.setitem(_grpc.VERSIONS, distribution, "1.46.0")
+    with caplog.at_level(logging.WARNING, logger=_grpc.__name__):
+        exporter = exporter_to(receiver.endpoint)
+    assert not exporter.fast_encoding
+    assert not isinstance(exporter._client, _EncodedTraceServiceStub)
+    assert [record.getMessage() for record in caplog.records if record.name == _grpc.__name__] == [
+        f"brickscope OTLPGrpcSpanExporter: {distribution} 1.46.0 is outside the releases checked (1.45); "
+        "spans are encoded by the official (slower) encoder"
+    ]
     batch = make_spans(4)
     assert exporter.export(batch) is SpanExportResult.SUCCESS
     assert receiver.requests == [official_encode_spans(batch).SerializeToString()]

@@ -25,7 +25,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:  # http.server's name
                 receiver.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
@@ -105,4 +105,30 @@ def test_another_layout_falls_back_to_the_official_encoder(receiver, monkeypatch
     assert "encoded by the official (slower) encoder" in caplog.text
     assert exporter.export(make_spans(4)) is SpanExportResult.SUCCESS
     assert official_calls == [4]
+    exporter.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("distribution", "version"),
+    [("opentelemetry-sdk", "1.46.0"), ("opentelemetry-exporter-otlp-proto-http", "1.46.0"), ("opentelemetry-sdk", "1.44.0")],
+)
+def test_a_release_outside_those_checked_uses_the_official_encoder(
+    receiver, monkeypatch, caplog, make_spans, distribution, version
+):
+    """An SDK or official exporter outside 1.45 (forced past the pins): one warning naming it,
+    then the official export, though the 1.45 layout is there."""
+    monkeypatch.setitem(_http.VERSIONS, distribution, version)
+    official_calls = []
+    monkeypatch.setattr(
+        OfficialExporter, "export", lambda self, batch: official_calls.append(len(batch)) or SpanExportResult.SUCCESS
+    )
+    with caplog.at_level(logging.WARNING, logger=_http.__name__):
+        exporter = OTLPHttpSpanExporter(endpoint=receiver.endpoint, timeout=10)
+    assert not exporter.fast_encoding
+    assert [record.getMessage() for record in caplog.records if record.name == _http.__name__] == [
+        f"brickscope OTLPHttpSpanExporter: {distribution} {version} is outside the releases checked (1.45); "
+        "spans are encoded by the official (slower) encoder"
+    ]
+    assert exporter.export(make_spans(3)) is SpanExportResult.SUCCESS
+    assert official_calls == [3]
     exporter.shutdown()

@@ -282,8 +282,8 @@ class TestScopeData:
         """bs.record_gpu: a slice on device 1's stream 7 track at the given times, a flow from its call site."""
         import brickscope as bs
         from brickscope._clock import EPOCH_OFFSET_NS
-        from brickscope.testing import capture_spans
         from brickscope.sdk.trace import _recorder
+        from brickscope.testing import capture_spans
 
         # The recorder's clock driven by hand (1 µs a read), so that the GPU work runs after
         # the call recorded it (a queued submit) however the machine schedules this test.

@@ -73,10 +73,10 @@ def test_serialized_decoding_equals_the_message_walk(tmp_path):
     cache: dict = {}
     events = list(_annotated_events(path))
     assert len(events) >= 40
-    for annotations, lookup in events:
-        fast = decode_annotations(annotations, lookup, cache)
-        assert fast == _decode_messages(annotations, lookup)
-        assert [type(v) for v in fast[0].values()] == [type(v) for v in _decode_messages(annotations, lookup)[0].values()]
+    for encoded, lookup in events:
+        fast = decode_annotations(encoded, lookup, cache)
+        assert fast == _decode_messages(encoded, lookup)
+        assert [type(v) for v in fast[0].values()] == [type(v) for v in _decode_messages(encoded, lookup)[0].values()]
     assert cache  # the top-level dictionary entries were remembered
 
 

@@ -5,8 +5,7 @@ and without it; a file of nothing else is refused."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from pftrace_testlib import T0, THREAD, gpu_attributes, make_span
 
 from brickscope.exporter.perfetto import PerfettoSpanExporter, _annotations, _reader

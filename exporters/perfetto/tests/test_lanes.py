@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from brickscope.exporter.perfetto._lanes import Lane, LaneSet
 

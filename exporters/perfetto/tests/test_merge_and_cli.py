@@ -12,8 +12,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from pftrace_testlib import T0, THREAD, decode_trace, expected_slices, gpu_attributes, make_span
 
 from brickscope.cli import main
-from brickscope.exporter.perfetto import PerfettoSpanExporter, merge_traces, read_spans
-from brickscope.exporter.perfetto import _writer as writer_module
+from brickscope.exporter.perfetto import PerfettoSpanExporter, _writer as writer_module, merge_traces, read_spans
 
 
 def _rank_file(path, rank, monkeypatch=None):

@@ -13,11 +13,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from pftrace_testlib import T0, THREAD, gpu_attributes, make_span
 
-from brickscope.exporter.perfetto import PerfettoSpanExporter, read_spans
-from brickscope.exporter.perfetto import _writer as writer_module
+from brickscope.exporter.perfetto import PerfettoSpanExporter, _writer as writer_module, read_spans
 from brickscope.exporter.perfetto._lanes import MAX_TIME_NS, LaneSet
-from brickscope.sdk.pacing import Pacer
 from brickscope.exporter.perfetto._writer import TraceWriter
+from brickscope.sdk.pacing import Pacer
 from brickscope.trace import attributes as A
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 from pftrace_testlib import T0, decode_trace, expected_slices, gpu_attributes, make_span
 
 from brickscope.exporter.perfetto import PerfettoSpanExporter, read_spans

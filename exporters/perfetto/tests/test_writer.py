@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-import pytest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event
 from opentelemetry.trace import Link, SpanContext, TraceFlags

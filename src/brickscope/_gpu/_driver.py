@@ -85,7 +85,7 @@ def _message(err: Any) -> str:
         res, text = load().cuGetErrorString(err)
         if int(res) == 0 and text:
             return text.decode() if isinstance(text, bytes) else str(text)
-    except Exception:  # noqa: BLE001 - a message is best effort; the name is what matters
+    except Exception:  # a message is best effort; the name is what matters
         pass
     return "unknown CUDA error"
 

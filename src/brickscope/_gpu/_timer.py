@@ -334,14 +334,14 @@ class CudaTimer:
             return self._fail("pool_exhausted", str(exc))
         except CudaError as exc:
             return self._fail(exc.code_name, str(exc))
-        except Exception as exc:  # noqa: BLE001 - the hot path never raises
+        except Exception as exc:  # the hot path never raises
             return self._fail(type(exc).__name__, str(exc))
         try:
             if self._get_current()[1] == c.ctx:
                 err = self._record(event, cu)[0]
             else:
                 err = in_context(self._drv, c.ctx, self._record, event, cu)[0]
-        except Exception as exc:  # noqa: BLE001 - the hot path never raises
+        except Exception as exc:  # the hot path never raises
             pool.free.append(event)
             return self._fail(exc.code_name if isinstance(exc, CudaError) else type(exc).__name__, str(exc))
         if err is not self._success:
@@ -524,12 +524,12 @@ class CudaTimer:
                 check(in_context(drv, c.ctx, drv.cuStreamDestroy, c.anchor_stream))
                 if failed:
                     logger.warning("brickscope: %d CUDA events could not be destroyed on device %d", failed, c.device)
-            except Exception:  # noqa: BLE001 - teardown must finish
+            except Exception:  # teardown must finish
                 logger.warning("brickscope: releasing CUDA timing state of device %d failed", c.device, exc_info=True)
         for device in primary:
             try:
                 check(drv.cuDevicePrimaryCtxRelease(device))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 logger.warning("brickscope: releasing the primary context of device %d failed", device, exc_info=True)
         _live_timers.discard(self)
 
@@ -571,9 +571,9 @@ def _make_marker(drv: ModuleType, timer: CudaTimer) -> Any:
         if not all(pointers.values()):
             return None
         return hotpath.CudaMarker(
-            timer=timer, marks=timer._marks, ids=timer._ids, timer_globals=globals(),  # noqa: SLF001
+            timer=timer, marks=timer._marks, ids=timer._ids, timer_globals=globals(),
             host_ns=_clock.host_ns, clock_globals=vars(_clock), **pointers,
         )  # fmt: skip
-    except Exception:  # noqa: BLE001 - the Python mark() works without it
+    except Exception:  # the Python mark() works without it
         logger.debug("brickscope: no C marker for CUDA events", exc_info=True)
         return None

@@ -27,7 +27,7 @@ from __future__ import annotations
 from brickscope._scope._additions import Tile, event, record_gpu, sync, tile
 from brickscope._scope._compile import register_compile_substitutes
 from brickscope._scope._factories import brick, kernel, layer, step
-from brickscope._scope._scopes import Brick, Kernel, Layer, Scope, Step, _warned  # noqa: F401 - _warned: brickscope.testing clears it
+from brickscope._scope._scopes import Brick, Kernel, Layer, Scope, Step
 from brickscope._scope._tokens import BrickHandle, ScopeToken, end_brick, enter_scope, exit_scope, start_brick
 
 __all__ = [

@@ -9,6 +9,7 @@ from brickscope._record import Record
 from brickscope._scope import _factories, _tokens
 from brickscope._scope._scopes import F, _hot
 
+
 class _InGraph:
     """What the factories give inside torch.compile'd code in C mode: records nothing (as
     every scope while compiling), and is plain Python, which Dynamo can trace."""

@@ -4,7 +4,8 @@ the factories return while brickscope records."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from brickscope import _state
 from brickscope._record import KIND_NAMES, Record

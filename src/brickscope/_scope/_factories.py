@@ -10,7 +10,6 @@ from brickscope import _state
 from brickscope._scope._entry import _entry, _make_entry
 from brickscope._scope._scopes import Brick, Kernel, Layer, Scope, Step, _hot
 
-
 # Scope objects are immutable and stateless, so the factories hand out one shared
 # object per name (or index) for the plain forms, ``brick("rms_norm")`` and
 # ``brick("rms_norm", stream=s)``: building a
@@ -106,7 +105,7 @@ if _hot is not None:
     # The one-argument forms (``brick("rms_norm")``, ``layer(3)``) are a cache lookup in C,
     # and ``brick(name, category, elements)`` builds its Brick in C (as ``Brick.__init__``
     # would, valid arguments only); every other form, and a miss, runs the Python factory above.
-    brick = _hot.factory("brick", _bricks, brick, False, Brick)  # type: ignore[assignment]
-    kernel = _hot.factory("kernel", _kernels, kernel, False)  # type: ignore[assignment]
-    layer = _hot.factory("layer", _layers, layer, True)  # type: ignore[assignment]
-    step = _hot.factory("step", _steps, step, True)  # type: ignore[assignment]
+    brick = _hot.factory("brick", _bricks, brick, False, Brick)
+    kernel = _hot.factory("kernel", _kernels, kernel, False)
+    layer = _hot.factory("layer", _layers, layer, True)
+    step = _hot.factory("step", _steps, step, True)

@@ -24,8 +24,9 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from brickscope import _catalog, _record, _state
 from brickscope._gpu._streams import stream_handle
@@ -383,4 +384,4 @@ def _dims(value: object, what: str) -> tuple[int, int, int]:
         or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims)
     ):
         raise ValueError(f"brickscope: {what} must be 1 to 3 positive ints, got {value!r}")
-    return tuple(dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
+    return tuple(dims) + (1,) * (3 - len(dims))

@@ -14,17 +14,16 @@ from brickscope._record import Record
 from brickscope._scope._entry import _Entry, _exit_entry_out_of_order
 from brickscope._scope._scopes import (
     Brick,
+    Scope,
     _enter_failed,
     _exit,
     _exit_failed,
     _exit_out_of_order,
     _hot,
-    Scope,
     _Scope,
     _tracing,
     _warn_once,
 )
-
 
 #: What :func:`enter_scope` returns: opaque, for :func:`exit_scope` only.
 ScopeToken = Record
@@ -127,5 +126,5 @@ if _hot is not None:
         inert=_INERT, enter_scope=enter_scope, exit_scope=exit_scope,
     )  # fmt: skip
     # Tokens in C too (brickscope.torch's module calls); misuse and the rest: the Python above.
-    enter_scope = _hot.enter_scope  # type: ignore[assignment]  # noqa: F811
-    exit_scope = _hot.exit_scope  # type: ignore[assignment]  # noqa: F811
+    enter_scope = _hot.enter_scope
+    exit_scope = _hot.exit_scope

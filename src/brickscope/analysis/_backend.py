@@ -26,7 +26,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from brickscope.analysis._stats import mann_whitney, nearest_rank
+from brickscope.analysis._stats import mann_whitney
 
 #: Environment variable forcing a backend: ``numpy`` or ``python``.
 BRICKSCOPE_ANALYSIS_BACKEND = "BRICKSCOPE_ANALYSIS_BACKEND"

@@ -26,8 +26,9 @@ Example::
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from brickscope.analysis._runtest import benjamini_hochberg, run_test
 from brickscope.analysis._stats import nearest_rank

@@ -4,7 +4,15 @@
 from __future__ import annotations
 
 from brickscope.analysis import (
-    _communication, _graph, _host, _memory, _operations, _placement, _roofline, _stalls, _tiles,
+    _communication,
+    _graph,
+    _host,
+    _memory,
+    _operations,
+    _placement,
+    _roofline,
+    _stalls,
+    _tiles,
 )  # fmt: skip
 from brickscope.analysis._load import AnalysisError
 from brickscope.analysis._model import Report

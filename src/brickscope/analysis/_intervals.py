@@ -19,4 +19,4 @@ def union_ns(be: Any, groups: Any, starts: Any, ends: Any, count: int) -> list[i
 
 def concat(be: Any, *parts: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
     """Several (groups, starts, ends) interval sets as one."""
-    return tuple(be.concat([part[i] for part in parts], "int64") for i in range(3))  # type: ignore[return-value]
+    return tuple(be.concat([part[i] for part in parts], "int64") for i in range(3))

@@ -25,7 +25,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _MARKDOWN = re.compile(r"([\\`*{}\[\]<>()#+!|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
 
 
-def render(report: Report, format: str = "text") -> str:  # noqa: A002 - the CLI's word
+def render(report: Report, format: str = "text") -> str:  # the CLI's word
     """``report`` in one of :data:`FORMATS`; ValueError for another."""
     if format not in FORMATS:
         raise ValueError(f"brickscope: unknown report format {format!r}; expected one of {FORMATS}")
@@ -454,7 +454,7 @@ def _critical_path_rows(writer: _Writer, report: Report) -> list[tuple[str, ...]
     return rows
 
 
-def render_comparison(comparison: Comparison, format: str = "text") -> str:  # noqa: A002
+def render_comparison(comparison: Comparison, format: str = "text") -> str:
     """A :class:`~brickscope.analysis._diff.Comparison` in one of :data:`FORMATS`."""
     if format not in FORMATS:
         raise ValueError(f"brickscope: unknown report format {format!r}; expected one of {FORMATS}")

@@ -20,9 +20,9 @@ Example::
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Hashable, Mapping, Sequence
 
 _EPS = 1e-14
 _TINY = 1e-300

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+
 def nearest_rank(count: int, fraction: float) -> int:
     """0-based index of the ``fraction`` percentile among ``count`` sorted values (nearest rank).
 

@@ -27,7 +27,7 @@ _RED = ', color="red", penwidth=2'
 
 def render_tree(
     graphs: Sequence[StepGraph],
-    format: str = "text",  # noqa: A002 - the CLI's word
+    format: str = "text",  # the CLI's word
     *,
     sources: Mapping[int, Any] | None = None,
     show_sources: bool = False,

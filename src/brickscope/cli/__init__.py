@@ -23,8 +23,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from importlib.metadata import entry_points
-from typing import NoReturn, Sequence
+from typing import NoReturn
 
 from brickscope.offline._errors import UsageError
 from brickscope.version import __version__

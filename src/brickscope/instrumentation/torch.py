@@ -43,7 +43,8 @@ import weakref
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+# The module opts out of type checking (a file-level "type: ignore"): its names are Any.
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from brickscope import _state
 
@@ -107,11 +108,13 @@ def settings_from_environment(given: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
-class TorchInstrumentor(BaseInstrumentor):
+class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]  # BaseInstrumentor is Any (above)
     """Instruments every ``torch.nn.Module`` model the application calls, once torch is imported.
 
     .. versionadded:: 0.2.0
     """
+
+    _discovery: _Discovery | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -169,6 +172,7 @@ class _Discovery:
             return
         discover = self.discover
         self._instrument = _instrument
+        self._plan = _plan
 
         def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
             if is_compiling() or _state.recorder is None:
@@ -191,7 +195,7 @@ class _Discovery:
             try:
                 for module in root.modules():
                     self._see(module)
-                plan = self._instrument.make_plan(
+                plan = self._plan.make_plan(
                     root, None, self.settings.get("layers", "auto"), self.settings["skip"], self.settings.get("max_depth")
                 )
                 plan = [m for m in plan if not self._instrument.is_instrumented(m.module)]
@@ -209,7 +213,11 @@ class _Discovery:
     def _see(self, module: Any) -> None:
         key = id(module)
         seen = self.seen
-        seen[key] = weakref.ref(module, lambda _ref, key=key: seen.pop(key, None))
+
+        def forget(_ref: object) -> None:
+            seen.pop(key, None)
+
+        seen[key] = weakref.ref(module, forget)
 
     def uninstall(self) -> None:
         if not self.installed:

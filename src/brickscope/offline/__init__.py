@@ -22,13 +22,13 @@ cannot be true (:func:`impossible`) and counts them by reason in ``SpanStream.dr
 """
 
 from brickscope.offline._errors import TraceFileError, UsageError, one_line
+from brickscope.offline._formats import READERS_GROUP, SpanRecord, TraceFormat, span_record
 from brickscope.offline._integrity import (
     GPU_DURATION_TOLERANCE_NS,
     IMPOSSIBLE_REASONS,
     describe_impossible,
     impossible,
 )
-from brickscope.offline._formats import READERS_GROUP, SpanRecord, TraceFormat, span_record
 from brickscope.offline._open import SpanStream, open_records, open_spans
 from brickscope.offline._output import AtomicOutput, OutputError, check_output, write_atomically
 from brickscope.offline._replay import Progress, replay

@@ -48,7 +48,7 @@ class TraceFileError(ValueError):
         # One line, whatever the message quoted: newlines and control characters escaped.
         return one_line(f"{where}: {self.what}")
 
-    def __reduce__(self):  # type: ignore[override]  # pickles with its keyword arguments
+    def __reduce__(self):  # pickles with its keyword arguments
         return (_rebuild, (self.path, self.what, self.offset, self.line))
 
 

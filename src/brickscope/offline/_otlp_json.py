@@ -63,8 +63,6 @@ from opentelemetry.trace.status import Status, StatusCode
 from ._integrity import impossible
 from ._source import TraceSource
 
-
-
 _UTF8_BOM = b"\xef\xbb\xbf"
 # One line (a request of a JSON Lines file) and one whole document are bounded,
 # so garbage without newlines cannot take all memory.

@@ -120,7 +120,7 @@ class AtomicOutput:
 
     def open(self, mode: str = "xb") -> IO[bytes]:
         """The temporary file, created exclusively (never an existing file or link)."""
-        return open(self.temporary, mode)  # noqa: SIM115 - the caller closes it
+        return open(self.temporary, mode)  # the caller closes it
 
     def commit(self) -> None:
         """Flush the temporary file to disk and move it over the destination."""

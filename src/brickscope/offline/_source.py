@@ -64,7 +64,7 @@ class TraceSource:
         self.dropped: dict[str, int] = {}
         self._progress = progress
         self._reported = -1
-        self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._file = open(path, "rb")  # closed by close()
         try:
             self.total = os.fstat(self._file.fileno()).st_size  # 0 for a pipe
             # peek, not read and seek back: a pipe (``<(zcat run.jsonl.gz)``) cannot seek.
@@ -152,7 +152,7 @@ class _Gunzip(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def, override]
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
         want = min(len(buffer), self._limit + 1 - self._count)
         while not self._done:
             if not self._pending:

@@ -20,14 +20,13 @@ import threading
 import time
 from typing import Any
 
-from opentelemetry import metrics as otel_metrics
-from opentelemetry import trace as otel_trace
+from opentelemetry import metrics as otel_metrics, trace as otel_trace
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from brickscope.sdk import _environment, _otel_internals, _resource, _self_metrics
 from brickscope import _kernel_sources, _record, _scope, _state, propagation
 from brickscope._clock import host_ns
+from brickscope.sdk import _environment, _otel_internals, _resource, _self_metrics
 from brickscope.sdk._options import ConfigureOptions
 from brickscope.sdk.trace._aggregation import CategoryAggregator
 from brickscope.sdk.trace._sampling import StepSampling
@@ -75,7 +74,7 @@ class Session:
         """Resolve and emit every pending scope; True when nothing is left."""
         return self.sync_processor.sync(block=True, timeout_millis=timeout_millis)
 
-    def report(self, format: str = "text") -> str:  # noqa: A002
+    def report(self, format: str = "text") -> str:
         """The category report (``"text"``, ``"markdown"`` or ``"json"``), after a sync."""
         if self.aggregator is None:
             raise RuntimeError("brickscope: this session was configured with aggregate=False")
@@ -126,7 +125,7 @@ class Session:
             self.aggregator.collect_unsampled_from(None)
         _otel_internals.remove_processors(self.tracer_provider, (self.sync_processor, self.aggregator))
         if self._environment_context is not None:
-            propagation._detach_environment_context(self._environment_context)  # noqa: SLF001
+            propagation._detach_environment_context(self._environment_context)
             self._environment_context = None
         remaining = max(0.0, deadline - time.monotonic())
         if self._owns_provider:
@@ -376,7 +375,7 @@ class SessionBuilder:
         _state.recorder = sync_processor.recorder if self.options.enabled else None
         _guard_torch_compile()
         if not self.options.sdk_disabled:
-            _session._self_metrics = _self_metrics.register(  # noqa: SLF001
+            _session._self_metrics = _self_metrics.register(
                 meter_provider or otel_metrics.get_meter_provider(), _open_session_stats
             )
         if previous is not None:
@@ -386,7 +385,7 @@ class SessionBuilder:
                 "(scopes still open in it are emitted when they end)",
             )
             previous._retire()
-        _session._environment_context = propagation._attach_environment_context()  # noqa: SLF001
+        _session._environment_context = propagation._attach_environment_context()
         return _session
 
 
@@ -422,7 +421,7 @@ def shutdown(timeout_millis: int = 30000) -> None:
 def _open_session_stats(metrics: Any) -> dict[str, int] | None:
     """The open session's stats if it reports to ``metrics`` (self-telemetry counters)."""
     live = _session
-    if live is None or live._closed or live._self_metrics is not metrics:  # noqa: SLF001
+    if live is None or live._closed or live._self_metrics is not metrics:
         return None
     return live.stats()
 
@@ -495,7 +494,7 @@ def _flush_at_exit() -> None:
     to 30 s per processor); this shuts them down instead, and says what did not make it.
     """
     live = _session
-    if live is not None and not live._closed:  # noqa: SLF001
+    if live is not None and not live._closed:
         live.shutdown(EXIT_TIMEOUT_MILLIS)
 
 
@@ -529,7 +528,7 @@ def _finishes_within(seconds: float, call: Any, *args: Any) -> Any:
 def _forget_after_fork() -> None:
     """In a forked child: drop the parent's pending scopes and CUDA state (registered once)."""
     if _session is not None:
-        _session.sync_processor._forget_after_fork()  # noqa: SLF001
+        _session.sync_processor._forget_after_fork()
     _record.TOP.set(None)
 
 

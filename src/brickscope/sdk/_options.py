@@ -13,8 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from opentelemetry import metrics as otel_metrics
-from opentelemetry import trace as otel_trace
+from opentelemetry import metrics as otel_metrics, trace as otel_trace
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 

@@ -70,7 +70,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -88,10 +89,15 @@ except ImportError:  # pragma: no cover - depends on the SDK version
 
 try:  # the metrics SDK's view storage and histogram aggregation (1.45 layout)
     from opentelemetry.sdk.metrics import MeterProvider as _SdkMeterProvider
-    from opentelemetry.sdk.metrics._internal._view_instrument_match import _OVERFLOW_KEY, _hash_attributes
+    from opentelemetry.sdk.metrics._internal._view_instrument_match import _hash_attributes
     from opentelemetry.sdk.metrics._internal.aggregation import _ExplicitBucketHistogramAggregation
 except ImportError:  # pragma: no cover - exercised only on other SDK versions
     _SdkMeterProvider = None  # type: ignore[assignment,misc]
+
+try:  # the point that takes what is over the cardinality limit (1.45.2 has it; 1.45.0 has no limit)
+    from opentelemetry.sdk.metrics._internal._view_instrument_match import _OVERFLOW_KEY
+except ImportError:  # pragma: no cover - depends on the SDK version
+    _OVERFLOW_KEY = None
 
 try:  # the API's proxy instruments (what the global meter provider gives before an SDK is set)
     from opentelemetry.metrics._internal.instrument import _ProxyInstrument
@@ -99,7 +105,7 @@ except ImportError:  # pragma: no cover - depends on the API version
     _ProxyInstrument = None
 
 # The SDK's configuration helpers, used as opentelemetry-distro uses them (no fast path).
-from opentelemetry.sdk._configuration import (  # noqa: E402
+from opentelemetry.sdk._configuration import (
     _get_exporter_names as get_exporter_names,
     _get_id_generator as get_id_generator,
     _get_sampler as get_sampler,
@@ -153,15 +159,17 @@ CHECKED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
     "sdk.processor_order": ((1, 30), (1, 45)),
     # BatchSpanProcessor._batch_processor: _shared_internal.BatchProcessor, new in 1.34.
     "sdk.batch_queue": ((1, 34), (1, 45)),
-    # BatchProcessor._exporter (BatchSpanProcessor.span_exporter is a read-only property).
-    "sdk.batch_exporter": ((1, 34), (1, 45)),
+    # BatchProcessor._exporter (BatchSpanProcessor.span_exporter is a read-only property, which
+    # the probe compares it with: 1.34 has no span_exporter yet; checked on 1.45).
+    "sdk.batch_exporter": ((1, 45), (1, 45)),
     # ParentBased._root, StaticSampler._decision: unchanged 1.30 to 1.45.
     "sdk.static_sampler": ((1, 30), (1, 45)),
     # What ReadableSpan.__init__ stores (the C span maker writes the fields): 1.30 to 1.45.
     "sdk.readable_span": ((1, 30), (1, 45)),
     # TracerProvider._update_resource (1.45; the tracers handed out follow) or _resource.
     "sdk.resource_rewrite": ((1, 30), (1, 45)),
-    # The metrics SDK's view storage and histogram aggregation: read and tested on 1.45 only.
+    # The metrics SDK's view storage and histogram aggregation: read and tested on 1.45 only
+    # (1.45.0 has no cardinality-overflow point yet, 1.45.2 has).
     "sdk.histogram": ((1, 45), (1, 45)),
     # The metrics API's _ProxyInstrument._real_instrument: 1.30 to 1.45.
     "sdk.proxy_instrument": ((1, 30), (1, 45)),
@@ -228,7 +236,7 @@ class _FastPath:
         else:
             try:
                 reason = self.probe(subject)
-            except Exception as exc:  # noqa: BLE001 - any surprise is a failed probe
+            except Exception as exc:  # any surprise is a failed probe
                 reason = f"layout probe failed: {type(exc).__name__}: {exc}"
         if reason is None and unchecked:
             self.on = True
@@ -252,7 +260,7 @@ class _FastPath:
     def reset(self) -> None:
         """Forget the decision (tests: after faking another release or layout)."""
         self.on = None
-        native._parts.pop(self.name, None)  # noqa: SLF001 - brickscope's own register
+        native._parts.pop(self.name, None)  # brickscope's own register
 
 
 def _missing(obj: Any, fields: Sequence[str]) -> str | None:
@@ -595,13 +603,13 @@ def can_add_points(meter_provider: Any, instrument: Any, bounds: Sequence[float]
     records one value per (labels, bucket) through the public API, so views, exemplars
     and aggregation creation stay the SDK's, then adds the bucket's other values here.
     """
-    if _SdkMeterProvider is None or not isinstance(meter_provider, _SdkMeterProvider):
+    if _SdkMeterProvider is not None and not isinstance(meter_provider, _SdkMeterProvider):
         return False
-    if not _histogram.usable(meter_provider):
+    if not _histogram.usable(meter_provider):  # also where the metrics SDK's modules are not the known ones
         return False
     try:
         return all(_eligible(match, bounds) for matches in _matches(meter_provider, instrument) for match in matches)
-    except Exception:  # noqa: BLE001 - a layout the probe did not catch: per value
+    except Exception:  # a layout the probe did not catch: per value
         logger.debug("brickscope: the metrics SDK's layout is not the one known; histogram values recorded one by one")
         return False
 
@@ -626,7 +634,9 @@ def add_to_points(
                 ok = False
                 continue
             points = match._attributes_aggregation
-            aggregation = points.get(key) or points.get(_OVERFLOW_KEY)
+            aggregation = points.get(key)
+            if aggregation is None and _OVERFLOW_KEY is not None:
+                aggregation = points.get(_OVERFLOW_KEY)
             if aggregation is None or len(aggregation._boundaries) + 1 != len(counts):
                 ok = False
                 continue

@@ -15,7 +15,8 @@ Example::
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 

@@ -55,7 +55,7 @@ class BrickscopeConfigurator(SdkConfigurator):
         # these arguments override the environment, so leave out what the user set).
         detected = _resource.without_user_keys(_resource.process_attributes())
         kwargs["resource_attributes"] = {**detected, **(kwargs.get("resource_attributes") or {})}
-        super()._configure(**kwargs)
+        super()._configure(**kwargs)  # type: ignore[no-untyped-call]  # the SDK leaves it untyped
         install()
 
 

@@ -31,7 +31,7 @@ sleeper). Pausing changes nothing in what is written.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 #: The most Python work the exporter does between two pauses.
 PACE_BUDGET_NS = 500_000

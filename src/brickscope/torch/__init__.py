@@ -25,7 +25,7 @@ brickscope`` alone never imports torch.
 from __future__ import annotations
 
 try:
-    import torch  # noqa: F401
+    import torch
 except ImportError as exc:  # pragma: no cover - exercised without torch
     raise ImportError(
         "brickscope.torch needs PyTorch: pip install 'brickscope[torch]' (or any torch >= 2.4)"

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import functools
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -54,7 +55,7 @@ class HostOnlyBrick(Brick):
 
 def current_stream_handle(tensor: Any) -> int:
     """The raw handle of the current torch stream on ``tensor``'s device."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # noqa: SLF001 - 10x cheaper than a Stream object
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # 10x cheaper than a Stream object
     if raw is not None:
         return raw(tensor.get_device())
     return torch.cuda.current_stream(tensor.device).cuda_stream

@@ -19,10 +19,11 @@ Example::
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-import torch.nn.functional as F  # noqa: N812 - torch's own spelling
+import torch.nn.functional as F
 
 from brickscope import _state
 from brickscope._scope import enter_scope, exit_scope

@@ -32,13 +32,13 @@ _NORM_TYPES: tuple[type, ...] = tuple(
         nn.LayerNorm,
         nn.GroupNorm,
         nn.LocalResponseNorm,
-        nn.modules.batchnorm._NormBase,  # noqa: SLF001 - BatchNorm*, InstanceNorm*
+        nn.modules.batchnorm._NormBase,  # BatchNorm*, InstanceNorm*
     )
     if t is not None
 )
 _LINEAR_TYPES = (nn.Linear, nn.Bilinear)
 _EMBEDDING_TYPES = (nn.Embedding, nn.EmbeddingBag)
-_LOSS_TYPES = (nn.modules.loss._Loss,)  # noqa: SLF001 - every built-in loss derives from it
+_LOSS_TYPES = (nn.modules.loss._Loss,)  # every built-in loss derives from it
 
 
 class Mapped(NamedTuple):

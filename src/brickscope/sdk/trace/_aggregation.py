@@ -27,8 +27,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry.metrics import NoOpHistogram
@@ -367,7 +368,7 @@ class CategoryAggregator(SpanProcessor):
         """Sum of all brick self times: the denominator of every share."""
         return sum(stat.total_ns for stat in self.bricks.values())
 
-    def report(self, format: str = "text", **options: Any) -> str:  # noqa: A002 - the natural name
+    def report(self, format: str = "text", **options: Any) -> str:  # the natural name
         """The analysis of the spans kept (as ``brickscope report`` prints it), as ``"text"``,
         ``"markdown"`` or ``"json"``; ``options`` as :func:`brickscope.analysis.analyse`."""
         from brickscope.analysis import FORMATS, analyse, render

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import inspect
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from brickscope.sdk.trace._export_bytes import byte_reader
 from brickscope.sdk._otel_internals import provider_processors, swap_batch_exporter
+from brickscope.sdk.trace._export_bytes import byte_reader
 from brickscope.sdk.trace._spans import INSTRUMENTATION_SCOPE
 
 

@@ -18,7 +18,8 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from brickscope.sdk._otel_internals import otlp_http_transport
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import time
-from typing import Callable
+from collections.abc import Callable
 
 #: Records timed per calibration round (two rounds; the cheaper one counts: the first warms up).
 RECORDS = 2000

@@ -20,7 +20,8 @@ import threading
 import time
 import traceback
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import Decision
@@ -29,8 +30,8 @@ from opentelemetry.trace import SpanKind
 from brickscope import _otel_context, _record
 from brickscope._clock import perf_counter_ns
 from brickscope._record import KIND_BRICK, KIND_STEP, Record
-from brickscope.sdk.trace._counters import Counters
 from brickscope.sdk._otel_internals import static_root_decision
+from brickscope.sdk.trace._counters import Counters
 from brickscope.trace.attributes import CLOCK_CUDA, CLOCK_HOST
 
 _SCOPE_SPAN = _otel_context.ScopeSpan(_record.TOP.get)

@@ -271,7 +271,7 @@ def _key_mismatch(names: Any) -> str | None:
 _MAKER_USABLE = (
     hotpath is not None
     and hasattr(hotpath, "SpanMaker")
-    and _otel_context.sampled_context is _otel_context._fast_sampled_context  # noqa: SLF001
+    and _otel_context.sampled_context is _otel_context._fast_sampled_context
     and _SPAN_FIELDS is not None
 )
 if _MAKER_USABLE and (_mismatch := _key_mismatch(hotpath.SPAN_KEYS)) is not None:
@@ -285,7 +285,7 @@ def _span_maker(builder: SpanBuilder) -> Any:
     ReadableSpan or SpanContext is not what the C side makes)."""
     if not _MAKER_USABLE:
         return None
-    generator = builder._id_generator  # noqa: SLF001
+    generator = builder._id_generator
     # RandomIdGenerator's span ids are random.getrandbits(64) (non-zero): drawn in C under
     # assign_span_id's lock; any other generator is called through assign_span_id.
     random_ids = type(generator) is RandomIdGenerator and type(generator).generate_span_id is RandomIdGenerator.generate_span_id
@@ -293,14 +293,14 @@ def _span_maker(builder: SpanBuilder) -> Any:
         maker = hotpath.SpanMaker(
             span_type=ReadableSpan, context_type=SpanContext, key_names=_MAKER_KEY_NAMES, keys=_MAKER_KEYS,
             fields=_SPAN_FIELDS, clock_host=CLOCK_HOST, clock_cuda=CLOCK_CUDA, epoch=EPOCH_OFFSET_NS,
-            thread_names=builder._thread_names, counts=builder._counts, gpu_interval=builder._gpu_interval,  # noqa: SLF001
-            resolved=_catalog._resolved, resolve=_catalog.resolve, hash_of=_kernel_sources.hash_of,  # noqa: SLF001
+            thread_names=builder._thread_names, counts=builder._counts, gpu_interval=builder._gpu_interval,
+            resolved=_catalog._resolved, resolve=_catalog.resolve, hash_of=_kernel_sources.hash_of,
             sampled=_otel_context.SAMPLED, trace_state=DEFAULT_TRACE_STATE, span_kind=SpanKind.INTERNAL,
             status=_UNSET, scope=INSTRUMENTATION_SCOPE, getrandbits=random.getrandbits if random_ids else None,
-            id_lock=_otel_context._id_lock, assign_span_id=_otel_context.assign_span_id,  # noqa: SLF001
-            id_generator=generator, provider=builder._provider, recorder=builder._recorder,  # noqa: SLF001
+            id_lock=_otel_context._id_lock, assign_span_id=_otel_context.assign_span_id,
+            id_generator=generator, provider=builder._provider, recorder=builder._recorder,
         )  # fmt: skip
-    except Exception:  # noqa: BLE001 - an accelerator that does not fit: the Python builder
+    except Exception:  # an accelerator that does not fit: the Python builder
         logger.warning("brickscope: the C span builder could not be set up; spans are built in Python", exc_info=True)
         return None
     return maker

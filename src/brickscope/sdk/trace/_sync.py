@@ -25,8 +25,8 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
 from brickscope.sdk.trace import _delivery
 from brickscope.sdk.trace._counters import Counters
-from brickscope.sdk.trace._record_cost import per_record_ns
 from brickscope.sdk.trace._overhead import GcPauses, HostIntervals
+from brickscope.sdk.trace._record_cost import per_record_ns
 from brickscope.sdk.trace._recorder import CLOSE_ACTIONS, LATE, Recorder
 from brickscope.sdk.trace._resolution import Resolver
 from brickscope.sdk.trace._sampling import StepSampling

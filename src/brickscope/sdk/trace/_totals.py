@@ -33,11 +33,14 @@ import logging
 import threading
 import weakref
 from bisect import bisect_left
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.trace import INVALID_SPAN, NonRecordingSpan
 
+from brickscope._otel_context import EMPTY_CONTEXT, with_span
+from brickscope.sdk import _otel_internals
 from brickscope.trace.attributes import (
     BRICK_CATEGORY,
     BRICK_NAME,
@@ -45,8 +48,6 @@ from brickscope.trace.attributes import (
     METRIC_BRICK_ELEMENTS,
     METRIC_BRICK_SELF_TIME,
 )
-from brickscope._otel_context import EMPTY_CONTEXT, with_span
-from brickscope.sdk import _otel_internals
 from brickscope.version import __version__
 
 logger = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ Example::
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 #: The thread's name (``threading.current_thread().name`` in processors it feeds).
 THREAD_NAME = "brickscope-resolver"

@@ -23,11 +23,10 @@ import os
 import sys
 from typing import Any
 
-from brickscope.offline import UsageError
 from brickscope.exporter.flamegraph._exporter import FlamegraphSpanExporter
 from brickscope.exporter.flamegraph._folded import UNITS
 from brickscope.exporter.flamegraph._stacks import Stats
-from brickscope.offline import Progress, TraceFileError, check_output, open_spans, replay
+from brickscope.offline import Progress, TraceFileError, UsageError, check_output, open_spans, replay
 
 
 def register(subparsers: Any) -> None:

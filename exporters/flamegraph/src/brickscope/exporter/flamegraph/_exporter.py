@@ -25,17 +25,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO, Any, TextIO
 
-from brickscope.exporter.flamegraph import environment_variables as env
-from brickscope.exporter.flamegraph._folded import UNITS, folded_lines, write_folded
-from brickscope.sdk.pacing import Pacer
-from brickscope.exporter.flamegraph._speedscope import speedscope_document
-from brickscope.exporter.flamegraph._stacks import DEFAULT_LATE_WINDOW, StackAggregator, Stats
-from brickscope.exporter.flamegraph._weights import Weight
-from brickscope.trace import attributes as A
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from brickscope.exporter.flamegraph import environment_variables as env
+from brickscope.exporter.flamegraph._folded import UNITS, folded_lines, write_folded
+from brickscope.exporter.flamegraph._speedscope import speedscope_document
+from brickscope.exporter.flamegraph._stacks import DEFAULT_LATE_WINDOW, StackAggregator, Stats
+from brickscope.exporter.flamegraph._weights import Weight
 from brickscope.offline import OutputError, check_output, write_atomically
+from brickscope.sdk.pacing import Pacer
+from brickscope.trace import attributes as A
 
 logger = logging.getLogger(__name__)
 

@@ -53,9 +53,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from brickscope.exporter.flamegraph._weights import Weight
 from opentelemetry.sdk.trace import ReadableSpan
 
+from brickscope.exporter.flamegraph._weights import Weight
 from brickscope.trace import attributes as A
 
 __all__ = ["Profile", "StackAggregator", "Stats"]

@@ -181,7 +181,7 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None, caches: _Cache
                 fields.append(tag + _length_prefixed(key_field + b"\x12" + _SMALL[len(number) + 1] + b"\x18" + number))
             else:
                 fields.append(tag + _length_prefixed(_key_value(key, value)))
-        except Exception as error:  # noqa: BLE001 - the official encoder's behaviour
+        except Exception as error:  # the official encoder's behaviour
             logger.exception("Failed to encode key %s: %s", key, error)
     return fields
 

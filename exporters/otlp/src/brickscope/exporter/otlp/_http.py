@@ -7,8 +7,9 @@ retries, size limit and its own metrics. ``export`` is the official one with
 :class:`~brickscope.exporter.otlp._encode.SpanEncoder` in place of the protobuf objects,
 so it reaches into the same private parts the official ``export`` uses (``_client``,
 ``_metrics``, ``_max_request_size``: opentelemetry-exporter-otlp-proto-http 1.45). On a
-version laid out otherwise the exporter says so once at construction and exports with the
-official encoder: slower, never broken.
+release outside those checked (:mod:`~brickscope.exporter.otlp._checked`), or one laid out
+otherwise, the exporter says so once at construction and exports with the official
+encoder: slower, never broken.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as _OfficialOTLPSpanExporter
+from opentelemetry.exporter.otlp.proto.http.version import __version__ as _OFFICIAL_VERSION
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.version import __version__ as _SDK_VERSION
 from opentelemetry.semconv.attributes.http_attributes import HTTP_RESPONSE_STATUS_CODE
 
+from brickscope.exporter.otlp import _checked
 from brickscope.exporter.otlp._encode import SpanEncoder
 
 try:
@@ -30,6 +34,9 @@ except ImportError:  # another layout: the official encoding is used (_has_offic
     RequestPayloadTooLargeError = _is_request_too_large = None  # type: ignore[assignment,misc]
 
 logger = logging.getLogger(__name__)
+
+#: The releases the fast encoding depends on, read once; tests set them to fake others.
+VERSIONS = {"opentelemetry-sdk": _SDK_VERSION, "opentelemetry-exporter-otlp-proto-http": _OFFICIAL_VERSION}
 
 
 class OTLPHttpSpanExporter(_OfficialOTLPSpanExporter):
@@ -45,13 +52,15 @@ class OTLPHttpSpanExporter(_OfficialOTLPSpanExporter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._encoder = SpanEncoder()
-        #: False where the official exporter's internals differ from 1.45's: the official
-        #: encoding is used.
-        self.fast_encoding = _has_official_layout(self)
-        if not self.fast_encoding:
+        reason = _checked.outside(VERSIONS)
+        if reason is None and not _has_official_layout(self):
+            reason = "this opentelemetry-exporter-otlp-proto-http is laid out differently from 1.45"
+        #: False on a release outside those checked, or where the official exporter's
+        #: internals differ from 1.45's: the official encoding is used.
+        self.fast_encoding = reason is None
+        if reason is not None:
             logger.warning(
-                "brickscope OTLPHttpSpanExporter: this opentelemetry-exporter-otlp-proto-http is laid out "
-                "differently from 1.45; spans are encoded by the official (slower) encoder"
+                "brickscope OTLPHttpSpanExporter: %s; spans are encoded by the official (slower) encoder", reason
             )
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -61,7 +70,7 @@ class OTLPHttpSpanExporter(_OfficialOTLPSpanExporter):
         with self._metrics.export_operation(len(spans)) as result:
             try:
                 body = self._encoder.encode(spans)
-            except Exception as error:  # noqa: BLE001 - as the official exporter
+            except Exception as error:  # as the official exporter
                 logger.error("Failed to encode span batch: %s", error)
                 result.error = error
                 return SpanExportResult.FAILURE

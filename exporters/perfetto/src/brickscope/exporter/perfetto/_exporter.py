@@ -27,8 +27,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from brickscope.offline import OutputError, check_output
-
 from brickscope.sdk.pacing import Pacer
+
 from ._writer import TraceWriter
 
 logger = logging.getLogger(__name__)

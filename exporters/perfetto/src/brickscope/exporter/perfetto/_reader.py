@@ -38,8 +38,8 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
-from collections.abc import Iterator
-from typing import IO, Any, Callable
+from collections.abc import Callable, Iterator
+from typing import IO, Any
 
 from google.protobuf.message import DecodeError
 from opentelemetry.sdk.resources import Resource
@@ -68,12 +68,12 @@ from brickscope.trace.attributes import (
 from ._annotations import _CACHE_ENTRIES, _fast, decode_annotations, decode_event_annotations
 from ._schema import (
     CLOCK_REALTIME,
-    META,
-    META_EVENT_OF,
-    META_IMPLIED,
     IMPLIED_GPU_DURATION,
     IMPLIED_HOST_DURATION,
     IMPLIED_HOST_START,
+    META,
+    META_EVENT_OF,
+    META_IMPLIED,
     META_KIND,
     META_LINK_ATTRIBUTES,
     META_LINK_REMOTE,
@@ -537,7 +537,7 @@ class _Scanned:
         if self.name is None and self.name_iid is None:
             self.name = ""
 
-    def HasField(self, field: str) -> bool:  # noqa: N802 - the protobuf message's method
+    def HasField(self, field: str) -> bool:  # the protobuf message's method
         return getattr(self, field) is not None
 
     @property
