@@ -67,6 +67,15 @@ class TestFormatsAgree:
         directory = analyse(load(files / "json"))
         assert to_json(listed) == to_json(directory)
 
+    def test_a_run_directory_with_the_flamegraph_exporters_files_reads_its_trace_only(self, files):
+        """What a run writes beside its trace (the flamegraph exporter's folded stacks and
+        speedscope profile, as examples/quickstart.py writes them) is not read as a trace."""
+        run = files / "perfetto"
+        (run / "profile.folded").write_text("svc;brick 10\n")
+        (run / "profile.speedscope.json").write_text('{"$schema": "https://www.speedscope.app/file-format-schema.json"}')
+        listed = analyse(load(run / "rank0.pftrace", run / "rank1.pftrace"))
+        assert to_json(analyse(load(run))) == to_json(listed)
+
 
 class TestCommandLine:
     def test_report_json_is_schema_1(self, files, capsys):

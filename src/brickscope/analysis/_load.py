@@ -23,6 +23,8 @@ from brickscope.offline._errors import one_line
 ProgressCallback = Callable[[int, int], None]
 
 _TRACE_SUFFIXES = (".pftrace", ".json", ".jsonl", ".json.gz", ".jsonl.gz", ".otlp.json")
+#: What the flamegraph exporter writes beside a trace (its speedscope profile): JSON, not a trace.
+_NOT_TRACES = (".speedscope.json",)
 
 
 @runtime_checkable
@@ -164,7 +166,9 @@ def _expand(path: str) -> list[str]:
         names = sorted(
             name
             for name in os.listdir(path)
-            if name.endswith(_TRACE_SUFFIXES) and os.path.isfile(os.path.join(path, name))
+            if name.endswith(_TRACE_SUFFIXES)
+            and not name.endswith(_NOT_TRACES)
+            and os.path.isfile(os.path.join(path, name))
         )
         if not names:
             raise AnalysisError(f"{path}: directory holds no trace files ({', '.join(_TRACE_SUFFIXES)})")
