@@ -301,6 +301,8 @@ class Recorder(_RecordingBase):
         watch = getattr(_thread_ends, "watch", None)
         if watch is None:
             watch = _thread_ends.watch = []
+        else:  # a long-lived thread outlives recorders (reconfigure): drop theirs
+            watch[:] = [end for end in watch if end.recorder() is not None]
         watch.append(_ThreadEnd(self, tid))
         return name
 
