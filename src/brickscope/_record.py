@@ -45,6 +45,7 @@ class Record:
     span_context: SpanContext | None  # made at resolution and shared by the children
     sampled: bool
     thread_id: int
+    thread_name: str  # the thread's name when the scope opened (an ended thread's id may be reused)
     host_start: int  # perf_counter_ns
     host_end: int
     stream: Any  # the timer's StreamRef, or None
@@ -62,7 +63,7 @@ class Record:
 
     __slots__ = (
         "owner", "opener", "recorder", "link", "parent", "otel_parent", "otel_context", "trace_id",
-        "span_id", "span_context", "sampled", "thread_id", "host_start", "host_end", "stream",
+        "span_id", "span_context", "sampled", "thread_id", "thread_name", "host_start", "host_end", "stream",
         "start_mark", "end_mark", "gpu_error", "error", "ended", "context_token", "nested_ns",
         "gpu_first", "gpu_last", "enclosing", "notes",
     )  # fmt: skip

@@ -125,7 +125,7 @@ class TestRegistration:
 
 
 SPAN_MAKER_FIELDS = (
-    "span_type", "context_type", "key_names", "keys", "fields", "clock_host", "clock_cuda", "epoch", "thread_names",
+    "span_type", "context_type", "key_names", "keys", "fields", "clock_host", "clock_cuda", "epoch",
     "counts", "gpu_interval", "resolved", "resolve", "hash_of", "sampled", "trace_state", "span_kind", "status",
     "scope", "getrandbits", "id_lock", "assign_span_id", "id_generator", "provider", "recorder",
 )  # fmt: skip

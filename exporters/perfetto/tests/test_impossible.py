@@ -9,16 +9,17 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from pftrace_testlib import T0, THREAD, gpu_attributes, make_span
 
 from brickscope.exporter.perfetto import PerfettoSpanExporter, _annotations, _reader
-from brickscope.offline import TraceFileError, open_records, open_spans
+from brickscope.offline import TraceFileError, impossible, open_records, open_spans
 from brickscope.trace import attributes as A
 
+END_BEFORE_START = "end_before_start"  # the rule's reason a slice cannot say
 BRICK = {**THREAD, A.SCOPE_KIND: "brick", A.BRICK_NAME: "op", A.BRICK_CATEGORY: "other"}
 
 
 def _spans():
     """Eleven spans named alike (the name is interned once, so the C loop reads the others),
-    each 100 ns long: ids 1-5 possible, 7-12 impossible. (The writer clamps an end before its
-    start to the start, so such a span never reaches a .pftrace it writes.)"""
+    each 100 ns long: ids 1-5 possible, 7-12 impossible. (The writer leaves out and counts a
+    span that ends before it starts, so such a span never reaches a .pftrace it writes.)"""
     return [
         make_span(1, "op", T0, T0 + 100, attributes={**BRICK, A.BRICK_SELF_DURATION_NS: 100}),
         make_span(2, "op", T0 + 200, T0 + 300, attributes=gpu_attributes(T0 + 150, 10, 100)),
@@ -118,18 +119,52 @@ def test_the_list_reader_warns_of_what_it_left_out(tmp_path, caplog):
     ]
 
 
+def test_a_gpu_span_shorter_than_the_tolerance_with_a_negative_gpu_duration_is_dropped(
+    fast, short_hold, tmp_path, monkeypatch
+):
+    """A GPU duration of -1 ns on a span of 0 or 500 ns is within the 1000 ns tolerance of
+    end - start but below zero: negative, left out by both readings (the C loop must not take
+    it for surely possible)."""
+    spans = [make_span(1, "k", T0, T0, attributes=gpu_attributes(T0 - 5, 3, -1))]
+    spans.append(make_span(2, "k", T0 + 1_000, T0 + 1_500, attributes=gpu_attributes(T0 + 995, 3, -1)))
+    spans += [make_span(i, "op", T0 + 1_000 * i, T0 + 1_000 * i + 100, attributes=THREAD) for i in range(3, 7)]
+    path = _write(tmp_path / "t.pftrace", spans)
+    accelerated, python = _read_both(monkeypatch, fast, path)
+    assert accelerated == python == ([3, 4, 5, 6], {"negative_duration": 2})
+
+
+def test_a_span_ending_before_it_starts_is_left_out_by_the_writer_and_counted(tmp_path, caplog):
+    """A slice cannot end before it begins: the writer leaves such a span out and counts it
+    (not a zero-length slice that would read back as a plausible span); the rest are written."""
+    path = tmp_path / "t.pftrace"
+    backwards = make_span(2, "op", T0 + 500, T0 + 400, attributes=THREAD)
+    with PerfettoSpanExporter(path) as exporter:
+        exporter.export([make_span(1, "op", T0, T0 + 100, attributes=THREAD), backwards])
+        exporter.export([make_span(3, "op", T0 + 600, T0 + 590, attributes=THREAD)])
+        assert exporter.skipped_spans == 2
+    with open_spans(path) as spans:
+        assert [(s.context.span_id, s.start_time, s.end_time) for s in spans] == [(1, T0, T0 + 100)]
+    assert spans.dropped == {}
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"{path}: skipping spans without a start or end time, ending before they start, or with a time"
+        " outside 0..2**64-1 ns (counted in skipped_spans, not logged again)"
+    ]
+
+
 _DURATION = st.one_of(st.none(), st.integers(-200, 3_000), st.floats(-10.0, 3_000.0, allow_nan=False))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     shapes=st.lists(
-        st.tuples(st.integers(0, 1_500), _DURATION, _DURATION, _DURATION, _DURATION, st.booleans()), min_size=1, max_size=12
+        st.tuples(st.integers(-50, 1_500), _DURATION, _DURATION, _DURATION, _DURATION, st.booleans()), min_size=1, max_size=12
     )
 )
 def test_generated_spans_count_the_same_both_ways(fast, short_hold, tmp_path_factory, monkeypatch, shapes):
-    """Spans of any length with duration attributes of any sign and type: the C and the Python
-    reading keep and drop the same spans, and exactly those the rule judges impossible."""
+    """Spans of any length (some ending before they start) with duration attributes of any
+    sign and type: the C and the Python reading keep exactly the spans the rule judges
+    possible, and every impossible one is counted once: by the writer when a slice cannot
+    say it (an end before the start), else by the readers under the rule's reason."""
     spans, expected = [], {}
     for i, (length, self_ns, gpu_ns, host_ns, tile_ns, gpu) in enumerate(shapes):
         start = T0 + 10_000 * i
@@ -139,13 +174,17 @@ def test_generated_spans_count_the_same_both_ways(fast, short_hold, tmp_path_fac
         if gpu and gpu_ns is not None:
             attributes[A.GPU_DURATION_NS] = gpu_ns
         spans.append(make_span(i + 1, "s", start, start + length, attributes=attributes))
-    from brickscope.offline import impossible
-
     reasons = [impossible(s.start_time, s.end_time, s.attributes) for s in spans]
     for reason in filter(None, reasons):
-        expected[reason] = expected.get(reason, 0) + 1
+        if reason != END_BEFORE_START:
+            expected[reason] = expected.get(reason, 0) + 1
     kept = [s.context.span_id for s, reason in zip(spans, reasons) if reason is None]
-    path = _write(tmp_path_factory.mktemp("gen") / "t.pftrace", spans)
+    path = tmp_path_factory.mktemp("gen") / "t.pftrace"
+    with PerfettoSpanExporter(path) as exporter:
+        exporter.export(spans)
+    assert exporter.skipped_spans == reasons.count(END_BEFORE_START)
+    if len(spans) == reasons.count(END_BEFORE_START):
+        return  # a trace of no spans: nothing for the readers to judge
     if not kept:
         for module in (_annotations, _reader):
             monkeypatch.setattr(module, "_fast", fast)

@@ -89,7 +89,7 @@ extern PyTypeObject RecordType, RecorderCoreType, ScopeBaseType, EntryType, Fact
 typedef struct {
     PyObject_HEAD
     PyObject *owner, *opener, *recorder, *link, *parent, *otel_parent, *otel_context, *trace_id, *span_id,
-        *span_context, *sampled, *thread_id, *host_start, *host_end, *stream, *start_mark, *end_mark,
+        *span_context, *sampled, *thread_id, *thread_name, *host_start, *host_end, *stream, *start_mark, *end_mark,
         *gpu_error, *error, *ended, *context_token, *nested_ns, *gpu_first, *gpu_last, *enclosing, *notes;
     /* The token of the ContextVar set that made this record the top of its stack, while open
      * (not an attribute): a LIFO close resets the stack with it (see stack_pop). */
@@ -106,7 +106,7 @@ typedef struct {
 
 #define RECORD_FIELDS(X)                                                                              \
     X(owner) X(opener) X(recorder) X(link) X(parent) X(otel_parent) X(otel_context) X(trace_id)       \
-    X(span_id) X(span_context) X(sampled) X(thread_id) X(host_start) X(host_end) X(stream)           \
+    X(span_id) X(span_context) X(sampled) X(thread_id) X(thread_name) X(host_start) X(host_end) X(stream) \
     X(start_mark) X(end_mark) X(gpu_error) X(error) X(ended) X(context_token) X(nested_ns)          \
     X(gpu_first) X(gpu_last) X(enclosing) X(notes) X(stack_token)
 
@@ -114,7 +114,7 @@ typedef struct {
 
 #define RECORD_MEMBER_FIELDS(X)                                                                       \
     X(owner) X(opener) X(recorder) X(link) X(parent) X(otel_parent) X(otel_context) X(trace_id)       \
-    X(span_id) X(span_context) X(sampled) X(thread_id) X(stream)                                      \
+    X(span_id) X(span_context) X(sampled) X(thread_id) X(thread_name) X(stream)                         \
     X(start_mark) X(end_mark) X(gpu_error) X(error) X(ended) X(context_token) X(nested_ns)          \
     X(gpu_first) X(gpu_last) X(enclosing) X(notes)
 
@@ -158,7 +158,8 @@ typedef struct {
     PyObject *gpu_timed, *stream_refs;
     MarkerObject *marker; /* the timer's CudaMarker, or NULL */
     PyObject *last_thread; /* the thread id of the last open, known to be in thread_names ... */
-    PyObject *last_names;  /* ... of this dict */
+    PyObject *last_names;  /* ... of this dict ... */
+    PyObject *last_name;   /* ... under this name (forget_thread clears the three when the thread ends) */
     long long pending_limit, next_poll_ns, max_delay_ns;
     /* scopes_unsampled counted here and added to counts by flush_counts (stats() calls it):
      * a dict update per unsampled scope was ~7 % of a brick's record */

@@ -94,6 +94,7 @@ static int recorder_traverse(RecorderCore *self, visitproc visit, void *arg) {
     Py_VISIT(self->stream_refs);
     Py_VISIT(self->marker);
     Py_VISIT(self->last_names);
+    Py_VISIT(self->last_name);
     return 0;
 }
 
@@ -111,6 +112,7 @@ static int recorder_clear(RecorderCore *self) {
     Py_CLEAR(self->marker);
     Py_CLEAR(self->last_thread);
     Py_CLEAR(self->last_names);
+    Py_CLEAR(self->last_name);
     return 0;
 }
 
@@ -288,31 +290,30 @@ PyObject *rc_open(RecorderCore *self, PyObject *owner, PyObject *opener) {
     Py_INCREF(Py_None);
     rec->span_context = Py_None;
     unsigned long tid = PyThread_get_thread_ident();
-    int known = 0;
     if (self->last_thread != NULL && self->last_names == self->thread_names &&
         PyLong_AsUnsignedLong(self->last_thread) == tid) { /* the same thread as last time: named */
         Py_INCREF(self->last_thread);
         rec->thread_id = self->last_thread;
-        known = 1;
     } else {
         rec->thread_id = PyLong_FromUnsignedLong(tid);
         if (rec->thread_id == NULL) goto fail;
-        known = PyDict_Contains(self->thread_names, rec->thread_id);
-        if (known < 0) goto fail;
-    }
-    if (!known) {
-        PyObject *args[] = {(PyObject *)self, rec->thread_id};
-        PyObject *res = PyObject_VectorcallMethod(s_name_thread, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        if (res == NULL) goto fail;
-        Py_DECREF(res);
-        known = 1;
-    }
-    if (known && self->last_thread != rec->thread_id) {
+        PyObject *name = PyDict_GetItemWithError(self->thread_names, rec->thread_id);
+        if (name != NULL) {
+            Py_INCREF(name);
+        } else {
+            if (PyErr_Occurred()) goto fail;
+            PyObject *args[] = {(PyObject *)self, rec->thread_id};
+            name = PyObject_VectorcallMethod(s_name_thread, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            if (name == NULL) goto fail;
+        }
+        Py_XSETREF(self->last_name, name);
         Py_INCREF(rec->thread_id);
         Py_XSETREF(self->last_thread, rec->thread_id);
         Py_INCREF(self->thread_names);
         Py_XSETREF(self->last_names, self->thread_names);
     }
+    Py_INCREF(self->last_name);
+    rec->thread_name = self->last_name;
     Py_INCREF(Py_False);
     rec->ended = Py_False;
     Py_INCREF(Py_None);
@@ -518,7 +519,28 @@ static PyObject *recorder_flush_counts(RecorderCore *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* forget_thread(tid): the thread with this id ended; the OS may give the id to a new thread,
+ * which must not inherit the name (its next open names it afresh). */
+static PyObject *recorder_forget_thread(RecorderCore *self, PyObject *tid) {
+    if (!recorder_ready(self)) return NULL;
+    if (PyDict_DelItem(self->thread_names, tid) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyError)) return NULL;
+        PyErr_Clear();
+    }
+    if (self->last_thread != NULL) {
+        int same = PyObject_RichCompareBool(self->last_thread, tid, Py_EQ);
+        if (same < 0) return NULL;
+        if (same) {
+            Py_CLEAR(self->last_thread);
+            Py_CLEAR(self->last_name);
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef recorder_methods[] = {
+    {"forget_thread", (PyCFunction)recorder_forget_thread, METH_O,
+     "forget_thread(tid): the thread with this id ended: a new thread given the id is named afresh."},
     {"flush_counts", (PyCFunction)recorder_flush_counts, METH_NOARGS,
      "flush_counts(): add the counts kept in C (scopes_unsampled) to the counters' dict."},
     {"open", (PyCFunction)(void (*)(void))recorder_open, METH_FASTCALL,

@@ -55,13 +55,13 @@ static const char *const span_field_names[F_COUNT] = {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *span_type, *context_type, *key_names, *keys, *fields, *clock_host, *clock_cuda, *epoch, *thread_names, *counts,
+    PyObject *span_type, *context_type, *key_names, *keys, *fields, *clock_host, *clock_cuda, *epoch, *counts,
         *gpu_interval, *resolved, *resolve, *hash_of, *sampled, *trace_state, *span_kind, *status, *scope,
         *getrandbits, *id_lock, *assign_span_id, *id_generator, *provider, *recorder;
 } SpanMakerObject;
 
 #define SPANMAKER_FIELDS(X)                                                                                     \
-    X(span_type) X(context_type) X(key_names) X(keys) X(fields) X(clock_host) X(clock_cuda) X(epoch) X(thread_names) X(counts) \
+    X(span_type) X(context_type) X(key_names) X(keys) X(fields) X(clock_host) X(clock_cuda) X(epoch) X(counts) \
     X(gpu_interval) X(resolved) X(resolve) X(hash_of) X(sampled) X(trace_state) X(span_kind) X(status) X(scope)   \
     X(getrandbits) X(id_lock) X(assign_span_id) X(id_generator) X(provider) X(recorder)
 #define X(f) #f,
@@ -115,7 +115,7 @@ static MarkerObject *cache_marker(SpanMakerObject *m, BuildCache *cache) {
 /* Whether the record's fields the builder reads are all set. */
 static int record_complete(RecordObject *r) {
     return r->owner && r->link && r->parent && r->otel_parent && r->trace_id && r->span_id && r->span_context &&
-           r->thread_id && r->host_start && r->host_end && r->stream && r->start_mark && r->end_mark &&
+           r->thread_id && r->thread_name && r->host_start && r->host_end && r->stream && r->start_mark && r->end_mark &&
            r->gpu_error && r->error && r->nested_ns && r->gpu_first && r->gpu_last && r->enclosing && r->notes;
 }
 
@@ -411,13 +411,11 @@ static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyOb
     if ((attributes = new_attributes_dict(GPU_BRICK_KEYS)) == NULL) goto done;
     if ((host_start = PyNumber_Add(rec->host_start, m->epoch)) == NULL) goto done;
     if ((host_duration = PyNumber_Subtract(rec->host_end, rec->host_start)) == NULL) goto done;
-    PyObject *thread_name = PyDict_GetItemWithError(m->thread_names, rec->thread_id);
-    if (thread_name == NULL && PyErr_Occurred()) goto done;
     if (PyDict_SetItem(attributes, KEY(m, K_SCOPE_KIND), PyTuple_GET_ITEM(g_kind_names, kind)) < 0 ||
         PyDict_SetItem(attributes, KEY(m, K_HOST_START_NS), host_start) < 0 ||
         PyDict_SetItem(attributes, KEY(m, K_HOST_DURATION_NS), host_duration) < 0 ||
         PyDict_SetItem(attributes, KEY(m, K_THREAD_ID), rec->thread_id) < 0 ||
-        PyDict_SetItem(attributes, KEY(m, K_THREAD_NAME), thread_name ? thread_name : g_empty_str) < 0)
+        PyDict_SetItem(attributes, KEY(m, K_THREAD_NAME), rec->thread_name) < 0)
         goto done;
     if (start_mark >= 0) {
         long long gpu_start = 0, gpu_end = 0;
@@ -602,7 +600,7 @@ static PyObject *span_maker_new(PyTypeObject *type, PyObject *args, PyObject *kw
     if (!PyType_Check(self->span_type) || !PyType_Check(self->context_type) ||
         !PyType_IsSubtype((PyTypeObject *)self->context_type, &PyTuple_Type) || !PyTuple_CheckExact(self->keys) ||
         PyTuple_GET_SIZE(self->keys) != K_COUNT || !PyTuple_CheckExact(self->fields) ||
-        PyTuple_GET_SIZE(self->fields) != F_COUNT || !PyDict_CheckExact(self->thread_names) ||
+        PyTuple_GET_SIZE(self->fields) != F_COUNT ||
         !PyDict_CheckExact(self->counts) || !PyDict_CheckExact(self->resolved) || g_kind_names == NULL) {
         PyErr_SetString(PyExc_TypeError, "SpanMaker: unexpected arguments (see sdk/trace/_spans.py)");
         Py_DECREF(self);

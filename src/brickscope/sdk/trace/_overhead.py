@@ -56,6 +56,15 @@ from brickscope.trace.attributes import (
 )
 
 _get_ident = threading.get_ident
+#: (thread id, thread name) of the thread an interval ran on, taken when it is queued: by the
+#: time its span is built the thread may have ended and its id gone to another thread.
+_Thread = tuple[int, str]
+
+
+def _thread(recorder: Any) -> _Thread:
+    """The current thread's id and the name the recorder knows it by."""
+    tid = _get_ident()
+    return tid, recorder.thread_names.get(tid, "")
 #: GC pauses queued between two sync points at most; more are counted in ``gc_pauses_shed``.
 GC_QUEUE = 4096
 
@@ -67,7 +76,7 @@ class HostIntervals:
         self._provider = tracer_provider
         self._recorder = recorder
         self._id_generator = tracer_provider.id_generator
-        self._overhead: list[tuple[int, int, int, int | None, SpanContext | None, int]] = []
+        self._overhead: list[tuple[int, int, int, int | None, SpanContext | None, _Thread]] = []
 
     def record_overhead(self, start: int, end: int, spans: int, step: int | None) -> bool:
         """Queue a sync point of this thread (``start``/``end`` on ``perf_counter_ns``; ``spans``
@@ -85,28 +94,28 @@ class HostIntervals:
         current = trace.get_current_span().get_span_context()
         if current.is_valid and not current.trace_flags.sampled:
             return False
-        self._overhead.append((start, end, spans, step, current if current.is_valid else None, _get_ident()))
+        self._overhead.append((start, end, spans, step, current if current.is_valid else None, _thread(self._recorder)))
         return True
 
-    def take_overhead(self) -> list[tuple[int, int, int, int | None, SpanContext | None, int]]:
+    def take_overhead(self) -> list[tuple[int, int, int, int | None, SpanContext | None, _Thread]]:
         """The overhead intervals queued since the last call, oldest first."""
         queued, self._overhead = self._overhead, []
         return queued
 
     def overhead_span(
-        self, interval: tuple[int, int, int, int | None, SpanContext | None, int]
+        self, interval: tuple[int, int, int, int | None, SpanContext | None, _Thread]
     ) -> tuple[ReadableSpan, dict, tuple]:
         """The span of a queued overhead interval (a root span when it ran outside any)."""
-        start, end, spans, step, parent, thread_id = interval
+        start, end, spans, step, parent, thread = interval
         trace_id = parent.trace_id if parent is not None else self._id_generator.generate_trace_id()
         extra: dict[str, Any] = {OVERHEAD_SPANS: spans}
         if step is not None:
             extra[STEP_NUMBER] = step
-        return self._build(OVERHEAD_SPAN_NAME, SCOPE_KIND_OVERHEAD, start, end - start, trace_id, parent, thread_id, extra)
+        return self._build(OVERHEAD_SPAN_NAME, SCOPE_KIND_OVERHEAD, start, end - start, trace_id, parent, thread, extra)
 
-    def gc_pause(self, pause: tuple[int, int, Record, int, int, int]) -> tuple[ReadableSpan, dict, tuple]:
+    def gc_pause(self, pause: tuple[int, int, Record, int, int, _Thread]) -> tuple[ReadableSpan, dict, tuple]:
         """The span of a queued GC pause (see :class:`GcPauses`), a child of its scope."""
-        start, end, scope, generation, collected, thread_id = pause
+        start, end, scope, generation, collected, thread = pause
         span_id = _otel_context.assign_span_id(scope, self._id_generator)
         parent = _otel_context.sampled_context(scope.trace_id, span_id)
         extra: dict[str, Any] = {GC_GENERATION: generation, GC_COLLECTED: collected}
@@ -115,19 +124,19 @@ class HostIntervals:
             step = step.link
         if step is not None:
             extra[STEP_NUMBER] = step.owner._index
-        return self._build(GC_SPAN_NAME, SCOPE_KIND_GC, start, end - start, scope.trace_id, parent, thread_id, extra)
+        return self._build(GC_SPAN_NAME, SCOPE_KIND_GC, start, end - start, scope.trace_id, parent, thread, extra)
 
     def _build(
         self, name: str, kind: str, start: int, duration: int, trace_id: int, parent: SpanContext | None,
-        thread_id: int, extra: dict[str, Any],
+        thread: _Thread, extra: dict[str, Any],
     ) -> tuple[ReadableSpan, dict, tuple]:  # fmt: skip
         start += EPOCH_OFFSET_NS
         attributes: dict[str, Any] = {
             SCOPE_KIND: kind,
             HOST_START_NS: start,
             HOST_DURATION_NS: duration,
-            THREAD_ID: thread_id,
-            THREAD_NAME: self._recorder.thread_names.get(thread_id, ""),
+            THREAD_ID: thread[0],
+            THREAD_NAME: thread[1],
             CLOCK: CLOCK_HOST,
             **extra,
         }
@@ -161,7 +170,7 @@ class GcPauses:
     def __init__(self, counts: dict[str, int], recorder: Any) -> None:
         self._counts = counts
         self._recorder = recorder  # pauses in scopes of another recorder are not ours
-        self._queue: deque[tuple[int, int, Record, int, int, int]] = deque()
+        self._queue: deque[tuple[int, int, Record, int, int, _Thread]] = deque()
         self._start = 0
         self._scope: Record | None = None
 
@@ -194,10 +203,10 @@ class GcPauses:
             counts["gc_pauses_shed"] += 1
             return
         self._queue.append(
-            (self._start, end, scope, info.get("generation", 0), info.get("collected", 0), _get_ident())
+            (self._start, end, scope, info.get("generation", 0), info.get("collected", 0), _thread(self._recorder))
         )
 
-    def take(self) -> list[tuple[int, int, Record, int, int, int]]:
+    def take(self) -> list[tuple[int, int, Record, int, int, _Thread]]:
         """The pauses queued since the last call, oldest first."""
         queue = self._queue
         out = []

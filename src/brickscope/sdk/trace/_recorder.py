@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +55,27 @@ CLOSE_ACTIONS = {
     "deferred": (POLL, 0, 0, 0),
     "none": (POLL, 0, 0, 0),
 }
+
+
+#: Per thread: a _ThreadEnd for each recorder that named the thread. The thread's locals are
+#: dropped when it ends, before the OS can give its id to another thread.
+_thread_ends = threading.local()
+
+
+class _ThreadEnd:
+    """Tells a recorder that a thread it named has ended (when the thread's locals are dropped),
+    so that a new thread given the same id by the OS is not reported under the old name."""
+
+    __slots__ = ("recorder", "tid")
+
+    def __init__(self, recorder: Recorder, tid: int) -> None:
+        self.recorder = weakref.ref(recorder)  # a thread-local must not keep a recorder alive
+        self.tid = tid
+
+    def __del__(self) -> None:
+        recorder = self.recorder()
+        if recorder is not None:
+            recorder.forget_thread(self.tid)
 
 
 class _PyRecording:
@@ -92,8 +114,10 @@ class _PyRecording:
         rec.span_id = 0
         rec.span_context = None
         rec.thread_id = tid = _get_ident()
-        if tid not in self.thread_names:
-            self._name_thread(tid)
+        try:
+            rec.thread_name = self.thread_names[tid]
+        except KeyError:
+            rec.thread_name = self._name_thread(tid)
         rec.ended = False
         rec.error = None
         rec.gpu_error = None
@@ -109,6 +133,11 @@ class _PyRecording:
         rec.end_mark = -1
         rec.host_start = perf_counter_ns()
         return rec
+
+    def forget_thread(self, tid: int) -> None:
+        """The thread with this id ended: the OS may give the id to a new thread, which must
+        not inherit the name (its first scope names it afresh)."""
+        self.thread_names.pop(tid, None)
 
     def flush_counts(self) -> None:
         """Counts kept aside are added to the counters' dict (the C recorder keeps
@@ -266,8 +295,17 @@ class Recorder(_RecordingBase):
             rec.context_token = None
         return current
 
-    def _name_thread(self, tid: int) -> None:
-        self.thread_names[tid] = threading.current_thread().name
+    def _name_thread(self, tid: int) -> str:
+        """The current thread's name, remembered under its id until the thread ends (the
+        first scope of a thread on this recorder: every other one reads :attr:`thread_names`)."""
+        name = self.thread_names[tid] = threading.current_thread().name
+        watch = getattr(_thread_ends, "watch", None)
+        if watch is None:
+            watch = _thread_ends.watch = []
+        else:  # a long-lived thread outlives recorders (reconfigure): drop theirs
+            watch[:] = [end for end in watch if end.recorder() is not None]
+        watch.append(_ThreadEnd(self, tid))
+        return name
 
     def _open_gpu(self, rec: Record, owner: Any, top: Record | None) -> None:
         """Record the start event of a GPU-timed scope (sets stream, start_mark, gpu_error)."""

@@ -71,7 +71,6 @@ class SpanBuilder:
 
     def __init__(self, tracer_provider: TracerProvider, recorder: Any, counters: Counters) -> None:
         self._recorder = recorder  # its timer: None after a fork
-        self._thread_names = recorder.thread_names
         self._provider = tracer_provider  # its resource is read per span (per drain in C): the kernel source registry updates it
         self._id_generator = tracer_provider.id_generator
         self._counts = counters.values
@@ -129,7 +128,7 @@ class SpanBuilder:
             HOST_START_NS: host_start,
             HOST_DURATION_NS: host_duration,
             THREAD_ID: rec.thread_id,
-            THREAD_NAME: self._thread_names.get(rec.thread_id, ""),
+            THREAD_NAME: rec.thread_name,
         }
         start, end = host_start, host_start + host_duration
         clock = CLOCK_HOST
@@ -293,7 +292,7 @@ def _span_maker(builder: SpanBuilder) -> Any:
         maker = hotpath.SpanMaker(
             span_type=ReadableSpan, context_type=SpanContext, key_names=_MAKER_KEY_NAMES, keys=_MAKER_KEYS,
             fields=_SPAN_FIELDS, clock_host=CLOCK_HOST, clock_cuda=CLOCK_CUDA, epoch=EPOCH_OFFSET_NS,
-            thread_names=builder._thread_names, counts=builder._counts, gpu_interval=builder._gpu_interval,
+            counts=builder._counts, gpu_interval=builder._gpu_interval,
             resolved=_catalog._resolved, resolve=_catalog.resolve, hash_of=_kernel_sources.hash_of,
             sampled=_otel_context.SAMPLED, trace_state=DEFAULT_TRACE_STATE, span_kind=SpanKind.INTERNAL,
             status=_UNSET, scope=INSTRUMENTATION_SCOPE, getrandbits=random.getrandbits if random_ids else None,

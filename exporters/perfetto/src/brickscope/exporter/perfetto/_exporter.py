@@ -112,7 +112,11 @@ class PerfettoSpanExporter(SpanExporter):
             try:
                 data = self._writer.encode(spans)
                 if self._writer.skipped_spans > skipped and not skipped:
-                    logger.warning("%s: skipping spans without a start time, or with one outside 0..2**64-1 ns (counted, not logged again)", self.path)
+                    logger.warning(
+                        "%s: skipping spans without a start or end time, ending before they start, or with a time"
+                        " outside 0..2**64-1 ns (counted in skipped_spans, not logged again)",
+                        self.path,
+                    )
             except Exception:  # a bug here must not reach the application
                 self._writer.rollback()
                 self._fail("cannot encode %d spans for %s", len(spans), self.path, exc_info=True)
@@ -177,6 +181,13 @@ class PerfettoSpanExporter(SpanExporter):
         """Bytes of the trace file written so far (header and every batch kept): what
         brickscope's self-telemetry reports as ``brickscope.export.bytes``."""
         return self._size
+
+    @property
+    def skipped_spans(self) -> int:
+        """Spans left out of the trace so far because their times cannot be written: no start
+        or end time, an end before the start, or a time outside 0..2**64-1 ns. Such a span is
+        impossible; written as a zero-length slice it would read back as a plausible one."""
+        return self._writer.skipped_spans
 
     @property
     def failed_exports(self) -> int:

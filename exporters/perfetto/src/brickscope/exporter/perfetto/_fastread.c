@@ -1223,7 +1223,9 @@ static int surely_possible(PyObject *start, PyObject *end, PyObject *attributes)
     if (overflow_start || overflow_end || s <= 0 || e < s) return 0;
     long long duration = e - s;
     if (duration > LLONG_MAX - cfg.gpu_tolerance) return 0;
-    int fine = int_within(attributes, cfg.gpu_duration, duration - cfg.gpu_tolerance, duration + cfg.gpu_tolerance);
+    /* A GPU duration is never below zero, however short the span (the tolerance is not a licence). */
+    long long gpu_low = duration > cfg.gpu_tolerance ? duration - cfg.gpu_tolerance : 0;
+    int fine = int_within(attributes, cfg.gpu_duration, gpu_low, duration + cfg.gpu_tolerance);
     if (fine == 1) fine = int_within(attributes, cfg.self_duration, 0, duration);
     if (fine == 1) fine = int_within(attributes, cfg.host_duration, 0, LLONG_MAX);
     for (Py_ssize_t i = 0; fine == 1 && i < PyTuple_GET_SIZE(cfg.tile_durations); i++) {

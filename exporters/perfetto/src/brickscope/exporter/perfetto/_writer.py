@@ -196,6 +196,8 @@ class TraceWriter:
         self._written: dict[int, tuple[int, int]] = {}  # span id -> (lane uuid, start)
         self._batches = 0  # batches encoded: the lane rules treat earlier batches' slices apart
         self._awaited: dict[int, list[int]] = {}  # span id -> link flow ids waiting for it
+        #: spans left out: no start or end time, an end before the start, or a time
+        #: outside 0..2**64-1 ns (a Perfetto slice can say none of these)
         self.skipped_spans = 0
         #: GPU spans whose GPU interval ends before their launch starts (bad clocks or
         #: data): written with their launch slice but no flow, attributes kept explicit
@@ -439,11 +441,12 @@ class TraceWriter:
     # --- spans to slices ----------------------------------------------------------------
 
     def _collect(self, span: ReadableSpan, slices: list[_Slice]) -> None:
-        start = span.start_time
-        if start is None or span.context is None or not 0 <= start <= MAX_TIME_NS:
+        start, end = span.start_time, span.end_time
+        if start is None or end is None or span.context is None or not 0 <= start <= end <= MAX_TIME_NS:
+            # A slice cannot end before it begins: written as a zero-length slice, an end
+            # before the start would read back as a plausible span. Left out and counted.
             self.skipped_spans += 1
             return
-        end = span.end_time if span.end_time is not None and start <= span.end_time <= MAX_TIME_NS else start
         attributes = span.attributes or {}
         process = self._process(span.resource)
         category = _category(span, attributes)
