@@ -3,7 +3,9 @@
 allocated blocks and the process's RSS flat (``make memcheck``; docs/native.md).
 
 The workload runs a warm-up batch, is measured, runs a million more scopes, and is
-measured again. Each scope becomes a span (every step sampled) that the aggregator folds
+measured again (the rows waiting for a full table built first, each time). Each scope
+becomes a span (every step sampled; brickscope's own work at each step end and any GC pause
+inside a scope become spans of their own too, counted apart) that the aggregator folds
 and an exporter turns into a table row (a table of 10,000 rows at a time, built and let
 go), so the C scope machine, span maker, fold and row maker (or their Python references)
 each see a million. The growth between the two measures must stay under:
@@ -72,22 +74,31 @@ def run_here(steps: int, warmup_steps: int) -> dict[str, Any]:
     import brickscope as bs
     from brickscope import native
     from brickscope.analysis._table import TableBuilder
+    from brickscope.trace import attributes as A
 
     class TableRows(SpanExporter):
         """Every span becomes a table row; a table is built and let go every TABLE_ROWS rows."""
 
         def __init__(self) -> None:
             self.builder = TableBuilder()
-            self.spans = self.rows = 0
+            self.spans = self.rows = self.host_intervals = 0
 
         def export(self, spans: Sequence[Any]) -> SpanExportResult:
             self.spans += len(spans)
             for span in spans:
+                # brickscope's own work at each step end, and GC pauses: spans too, counted apart
+                if span.attributes.get(A.SCOPE_KIND) in (A.SCOPE_KIND_OVERHEAD, A.SCOPE_KIND_GC):
+                    self.host_intervals += 1
                 self.builder.add(span)
             if self.builder.rows >= TABLE_ROWS:
-                self.rows += self.builder.build(release=True).rows
-                self.builder = TableBuilder()
+                self.flush()
             return SpanExportResult.SUCCESS
+
+        def flush(self) -> None:
+            """Build the rows gathered so far and let the table go (before each measure, so
+            rows waiting for a full table are not counted as growth)."""
+            self.rows += self.builder.build(release=True).rows
+            self.builder = TableBuilder()
 
     def batch(first: int, count: int) -> None:
         for number in range(first, first + count):
@@ -108,11 +119,13 @@ def run_here(steps: int, warmup_steps: int) -> dict[str, Any]:
     try:
         batch(0, warmup_steps)
         session.sync()
+        rows.flush()
         before = measure()
-        rows.spans = rows.rows = 0
+        rows.spans = rows.rows = rows.host_intervals = 0
         started = time.monotonic()
         batch(warmup_steps, steps)
         session.sync()
+        rows.flush()
         seconds = time.monotonic() - started
         after = measure()
     finally:
@@ -120,7 +133,8 @@ def run_here(steps: int, warmup_steps: int) -> dict[str, Any]:
     return {
         "implementation": native.implementations()["brickscope._hotpath"].in_use,
         "scopes": steps * SCOPES_PER_STEP,
-        "spans": rows.spans,
+        "spans": rows.spans - rows.host_intervals,
+        "host_intervals": rows.host_intervals,
         "rows": rows.rows,
         "seconds": round(seconds, 1),
         "growth": {key: after[key] - before[key] for key in before},
@@ -163,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         growth = result["growth"]
         problems = verdict(result)
         print(
-            f"{result['implementation']:>6}: {result['scopes']:,} scopes, {result['spans']:,} spans, {result['rows']:,} rows "
+            f"{result['implementation']:>6}: {result['scopes']:,} scopes, {result['spans']:,} spans "
+            f"(+{result['host_intervals']:,} overhead and GC spans), {result['rows']:,} rows "
             f"in {result['seconds']} s; growth: {growth['objects']:+,} objects, {growth['blocks']:+,} blocks, "
             f"{growth['rss'] / 2**20:+.1f} MiB RSS" + ("".join(f"\n    FAILED: {p}" for p in problems))
         )
