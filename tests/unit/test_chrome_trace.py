@@ -35,6 +35,7 @@ def _spans():
         # starts inside the step and ends after it: cannot nest on the step's thread
         make_span(4, "late", T0 + 4000, T0 + 6000, attributes=dict(MAIN_THREAD), resource=PROCESS),
         make_span(5, "r1work", T0 + 500, T0 + 700, attributes={A.THREAD_ID: 7}, resource=RANK1),
+        make_span(6, "otel", T0 + 7000, T0 + 8000, resource=RANK1),  # a user's span: no thread.id
     ]  # fmt: skip
 
 
@@ -56,13 +57,15 @@ def test_complete_events_in_microseconds_sorted_with_pid_tid_and_lanes():
     assert trace["otherData"]["time_origin_unix_ns"] == T0
     complete = [(e["name"], e["ts"], e["dur"], e["pid"], e["tid"]) for e in trace["traceEvents"] if e["ph"] == "X"]
     # ts from the earliest start (T0), ns / 1000; tids numbered in order of first use:
-    # 1 the main thread, 2 rank 1's thread 7, 3 GPU 1 stream 7, 4 the main thread's overflow lane
+    # 1 the main thread, 2 rank 1's thread 7, 3 GPU 1 stream 7, 4 the main thread's overflow lane,
+    # 5 rank 1's spans without a thread
     assert complete == [
         ("step", 0.0, 5.0, 1, 1),
         ("r1work", 0.5, 0.2, 2, 2),
         ("attention", 1.0, 1.5, 1, 1),
         ("gemm", 1.2, 1.001, 1, 3),
         ("late", 4.0, 2.0, 1, 4),
+        ("otel", 7.0, 1.0, 2, 5),
     ]
     assert '"ts":1.200,"dur":1.001,' in text  # exact nanoseconds, written as decimals
 
@@ -87,7 +90,8 @@ def test_metadata_names_processes_and_threads_gpu_lanes_last():
     assert processes == {1: "decoder pid 4242", 2: "decoder rank 1"}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
     assert threads == {
-        (1, 1): MAIN, (2, 2): "thread 7", (1, 3): "GPU 1 stream 7", (1, 4): f"{MAIN} (overlap 1)"
+        (1, 1): MAIN, (2, 2): "thread 7", (1, 3): "GPU 1 stream 7", (1, 4): f"{MAIN} (overlap 1)",
+        (2, 5): "spans without thread.id",
     }  # fmt: skip
     order = {e["tid"]: e["args"]["sort_index"] for e in meta if e["name"] == "thread_sort_index" and e["pid"] == 1}
     assert order[3] > max(order[1], order[4])

@@ -134,11 +134,15 @@ def write_chrome_trace(spans: Iterable[ReadableSpan], out: IO[bytes]) -> int:
                 gpus = sum(1 for p, k in tracks if p == pid and k[0] == "gpu")
                 tracks[track_key] = _Track(f"GPU {device} stream {stream}", _GPU_SORT_BASE + gpus)
         else:
-            thread = attributes.get(A.THREAD_ID, 0)
+            thread = attributes.get(A.THREAD_ID)
             track_key = (pid, ("thread", thread))
             if track_key not in tracks:
                 name = attributes.get(A.THREAD_NAME)
-                tracks[track_key] = _Track(f"{name} ({thread})" if name else f"thread {thread}", 0)
+                if thread is None:
+                    label = "spans without thread.id"
+                else:
+                    label = f"{name} ({thread})" if name else f"thread {thread}"
+                tracks[track_key] = _Track(label, 0)
         instants = [(e.timestamp, e.name, dict(e.attributes or {})) for e in span.events]
         rows.append((start, end, track_key, span.name, _category(attributes, span), attributes, instants))
     rows.sort(key=lambda row: (row[0], -row[1]))
