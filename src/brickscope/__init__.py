@@ -20,6 +20,7 @@ __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 from typing import TYPE_CHECKING, Any
 
 from brickscope._catalog import CATEGORIES, register_brick
+from brickscope._clock import now_ns
 from brickscope._scope import (
     Brick,
     BrickHandle,
@@ -41,6 +42,7 @@ from brickscope._scope import (
     sync,
     tile,
 )
+from brickscope._state import is_enabled
 from brickscope.native import implementations
 from brickscope.version import __version__
 
@@ -111,8 +113,10 @@ __all__ = [
     "event",
     "exit_scope",
     "implementations",
+    "is_enabled",
     "kernel",
     "layer",
+    "now_ns",
     "record_gpu",
     "register_brick",
     "register_kernel_source",

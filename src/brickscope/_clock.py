@@ -36,5 +36,15 @@ EPOCH_OFFSET_NS = _measure_epoch_offset_ns()
 
 
 def host_ns() -> int:
-    """Now, in Unix-epoch nanoseconds, on the host clock."""
+    """Now, in Unix-epoch nanoseconds, on the clock host-timed spans are stamped with.
+
+    Public as ``brickscope.now_ns``: lay externally timed work (``record_gpu``) on the
+    spans' timeline with it. Monotonic within a process (``time.perf_counter_ns`` plus an
+    offset taken once at import), so it does not follow later steps of the wall clock.
+
+    .. versionadded:: 0.2.0
+    """
     return perf_counter_ns() + EPOCH_OFFSET_NS
+
+
+now_ns = host_ns

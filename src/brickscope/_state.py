@@ -43,3 +43,16 @@ configured: Recorder | None = None
 #: ask it first and record nothing while torch.compile traces them: the call folds to
 #: True in the graph, so a scope neither breaks the graph nor disables compilation.
 compiling: Callable[[], bool] | None = None
+
+
+def is_enabled() -> bool:
+    """Whether brickscope records now: configured, and not disabled or shut down.
+
+    False before ``configure()``, after ``disable()`` until ``enable()``, and after
+    ``shutdown()``; scopes entered then record nothing. For skipping work done only to
+    annotate spans (formatting attributes, reading external timers). Never raises.
+
+    .. versionadded:: 0.2.0
+    """
+    current = recorder
+    return current is not None and current is configured

@@ -46,6 +46,10 @@ with bs.step(0), bs.layer(3):
             pass
         bs.event("eos", token=2)
         bs.record_gpu("vk_composite", 1_000, 2_000, device=0, stream=1, elements=64)
+        submit_ns = bs.now_ns()
+        assert_type(submit_ns, int)
+        bs.record_gpu([("shadow", 120_000), ("gbuffer", 340_000)], submit_ns, stream=1)
+        assert_type(bs.is_enabled(), bool)
 assert_type(bs.brick("rms_norm"), bs.Scope)
 
 # The scope classes are exported and are scopes themselves.

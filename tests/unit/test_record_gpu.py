@@ -63,3 +63,58 @@ def test_off_records_nothing():
         bs.record_gpu("x", 1, 5)
         bs.enable()
         assert captured.spans == ()
+
+
+def test_passes_laid_back_to_back_from_the_submit_time():
+    with capture_spans() as captured:
+        with bs.brick("frame"):
+            submit = bs.now_ns()
+            bs.record_gpu([("shadow", 120), ("gbuffer", 340), ("empty", 0)], submit, device=1, stream=2, pass_kind="vk")
+        spans = {s.name: s for s in captured.spans}
+    frame = spans["frame"].context.span_id
+    assert [(spans[n].start_time - submit, spans[n].end_time - submit) for n in ("shadow", "gbuffer", "empty")] == [
+        (0, 120), (120, 460), (460, 460)
+    ]  # fmt: skip
+    for name in ("shadow", "gbuffer", "empty"):
+        attributes = spans[name].attributes
+        assert spans[name].parent.span_id == frame
+        assert (attributes[A.CLOCK], attributes[A.GPU_DEVICE_ID], attributes[A.GPU_STREAM_ID]) == ("gpu", 1, 2)
+        assert attributes["pass_kind"] == "vk"
+
+
+@pytest.mark.parametrize("args, error", [
+    (([("a", 10), ("b", -1)], 100), ValueError),          # a negative duration
+    (([("a", 10), ("b", 1.5)], 100), TypeError),          # a float duration
+    (([("a", 10), "b"], 100), TypeError),                 # not a pair
+    (([], 100), TypeError),                               # nothing to lay out
+    (([("a", 10)], 100, 200), TypeError),                 # an end with passes
+    (([("a", 10)], 0), ValueError),                       # no submit time
+    (("a", 100), TypeError),                              # one name without an end
+])  # fmt: skip
+def test_bad_passes_raise_and_record_none(args, error):
+    with capture_spans() as captured:
+        with pytest.raises(error):
+            bs.record_gpu(*args)
+        assert captured.spans == ()
+
+
+def test_now_ns_is_the_clock_spans_are_stamped_with():
+    with capture_spans() as captured:
+        before = bs.now_ns()
+        with bs.brick("b"):
+            pass
+        after = bs.now_ns()
+        (span,) = captured.spans
+    assert before <= span.start_time <= span.end_time <= after
+
+
+def test_is_enabled_follows_configure_disable_enable_shutdown():
+    assert not bs.is_enabled()  # not configured
+    with capture_spans() as captured:
+        assert bs.is_enabled()
+        bs.disable()
+        assert not bs.is_enabled()
+        bs.enable()
+        assert bs.is_enabled()
+        captured.session.shutdown()
+        assert not bs.is_enabled()

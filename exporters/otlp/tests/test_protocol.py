@@ -51,7 +51,7 @@ def test_an_unknown_protocol_is_named(monkeypatch):
 def test_grpc_without_its_package_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "brickscope.exporter.otlp._grpc", None)  # as if grpcio were missing
     with pytest.raises(
-        ImportError, match=r"brickscope-exporter-otlp\[grpc\].*OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"
+        ImportError, match=r"pip install './exporters/otlp\[grpc\]'.*OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"
     ):
         OTLPSpanExporter()
 

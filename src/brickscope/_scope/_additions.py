@@ -5,8 +5,9 @@ kernel), ``event`` (an instant event) and ``sync`` (a sync point)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, overload
 
 from brickscope import _otel_context, _scope_data, _state
 from brickscope._clock import perf_counter_ns as _perf_counter_ns
@@ -45,10 +46,40 @@ class _ExternalGpuKernel(Kernel):
     _propagates = False
 
 
+@overload
 def record_gpu(
     name: str,
     start_ns: int,
     end_ns: int,
+    *,
+    device: int = 0,
+    stream: int = 0,
+    kind: str = "brick",
+    category: str | None = None,
+    elements: int = 0,
+    **attributes: Any,
+) -> None: ...
+
+
+@overload
+def record_gpu(
+    name: Sequence[tuple[str, int]],
+    start_ns: int,
+    end_ns: None = None,
+    *,
+    device: int = 0,
+    stream: int = 0,
+    kind: str = "brick",
+    category: str | None = None,
+    elements: int = 0,
+    **attributes: Any,
+) -> None: ...
+
+
+def record_gpu(
+    name: str | Sequence[tuple[str, int]],
+    start_ns: int,
+    end_ns: int | None = None,
     *,
     device: int = 0,
     stream: int = 0,
@@ -63,38 +94,83 @@ def record_gpu(
     The span is a brick (or ``kind="kernel"``) with clock ``gpu``, the given interval as
     its start and end, on GPU ``device``'s ``stream`` track of a ``.pftrace`` like a
     CUDA-timed brick, with the call's host time as its launch side. Times are
-    nanoseconds since the Unix epoch on the host's timeline: map device timestamps onto
-    it first (e.g. Vulkan's calibrated timestamps). Does nothing while brickscope is off.
+    nanoseconds since the Unix epoch on the host's timeline (:func:`brickscope.now_ns`):
+    map device timestamps onto it first (e.g. Vulkan's calibrated timestamps). Does
+    nothing while brickscope is off.
+
+    Several passes of one submission, timed as durations (timestamp queries between
+    passes), are given as a sequence of ``(name, duration_ns)`` and ``start_ns`` (the
+    submit time, no ``end_ns``): they are laid back to back from ``start_ns``, one span
+    each with the call's other arguments, in order. Every pass is checked before any is
+    recorded. Example::
+
+        bs.record_gpu([("shadow", 120_000), ("gbuffer", 340_000)], submit_ns, stream=1)
 
     Raises:
         TypeError, ValueError: a malformed argument (at the call).
 
     .. versionadded:: 0.2.0
+    .. versionchanged:: 0.2.0 a sequence of passes laid out from one submit time.
     """
-    for value, what in ((start_ns, "start_ns"), (end_ns, "end_ns"), (device, "device"), (stream, "stream")):
+    if isinstance(name, str):
+        if end_ns is None:
+            raise TypeError("brickscope: record_gpu(name, start_ns, end_ns) needs end_ns")
+        intervals = [(name, start_ns, end_ns)]
+    else:
+        if end_ns is not None:
+            raise TypeError("brickscope: record_gpu(passes, start_ns) lays passes out from start_ns; give no end_ns")
+        intervals = _lay_out(name, start_ns)
+    for value, what in ((start_ns, "start_ns"), (device, "device"), (stream, "stream")):
         if type(value) is not int:
             raise TypeError(f"brickscope: record_gpu {what} must be an int, got {type(value).__name__}")
-    if start_ns <= 0 or end_ns < start_ns:
-        raise ValueError(f"brickscope: record_gpu needs 0 < start_ns <= end_ns, got {start_ns}, {end_ns}")
-    if device < 0 or stream < 0:
-        raise ValueError("brickscope: record_gpu device and stream must be >= 0")
-    if kind == "brick":
-        owner: Any = _ExternalGpuBrick(name, category, elements, **attributes)
-    elif kind == "kernel":
-        owner = _ExternalGpuKernel(name, **attributes)
-    else:
-        raise ValueError(f"brickscope: record_gpu kind must be 'brick' or 'kernel', got {kind!r}")
-    owner._device_id = device
-    owner._stream_id = stream
+    owners = []
+    for pass_name, start, end in intervals:
+        if type(end) is not int:
+            raise TypeError(f"brickscope: record_gpu end_ns must be an int, got {type(end).__name__}")
+        if start <= 0 or end < start:
+            raise ValueError(f"brickscope: record_gpu needs 0 < start_ns <= end_ns, got {start}, {end}")
+        if device < 0 or stream < 0:
+            raise ValueError("brickscope: record_gpu device and stream must be >= 0")
+        if kind == "brick":
+            owner: Any = _ExternalGpuBrick(pass_name, category, elements, **attributes)
+        elif kind == "kernel":
+            owner = _ExternalGpuKernel(pass_name, **attributes)
+        else:
+            raise ValueError(f"brickscope: record_gpu kind must be 'brick' or 'kernel', got {kind!r}")
+        owner._device_id = device
+        owner._stream_id = stream
+        owners.append((owner, start, end))
     recorder = _state.recorder
     if recorder is None or _tracing():
         return
-    try:
-        rec = recorder.open(owner)
-        rec.gpu_first, rec.gpu_last = start_ns, end_ns
-        recorder.close(rec, None)
-    except Exception:
-        _enter_failed(recorder)
+    for owner, start, end in owners:
+        try:
+            rec = recorder.open(owner)
+            rec.gpu_first, rec.gpu_last = start, end
+            recorder.close(rec, None)
+        except Exception:
+            _enter_failed(recorder)
+            return
+
+
+def _lay_out(passes: Sequence[tuple[str, int]], start_ns: int) -> list[tuple[str, int, int]]:
+    """``(name, start, end)`` of each ``(name, duration_ns)`` pass, back to back from ``start_ns``."""
+    if isinstance(passes, (str, bytes)) or not isinstance(passes, Sequence) or not passes:
+        raise TypeError("brickscope: record_gpu passes must be a non-empty sequence of (name, duration_ns)")
+    if type(start_ns) is not int:
+        raise TypeError(f"brickscope: record_gpu start_ns must be an int, got {type(start_ns).__name__}")
+    intervals, at = [], start_ns
+    for item in passes:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+            raise TypeError(f"brickscope: record_gpu passes must be (name, duration_ns) pairs, got {item!r}")
+        pass_name, duration = item
+        if type(duration) is not int:
+            raise TypeError(f"brickscope: record_gpu pass {pass_name!r} duration_ns must be an int, got {duration!r}")
+        if duration < 0:
+            raise ValueError(f"brickscope: record_gpu pass {pass_name!r} needs duration_ns >= 0, got {duration}")
+        intervals.append((pass_name, at, at + duration))
+        at += duration
+    return intervals
 
 
 class Tile:

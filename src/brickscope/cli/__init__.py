@@ -36,10 +36,11 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 #: Subcommands other distributions provide, and what to install for them.
+#: The exporters' commands: command -> (distribution, its path in the brickscope repository).
 _OPTIONAL = {
-    "convert": "brickscope-exporter-perfetto",
-    "merge": "brickscope-exporter-perfetto",
-    "flamegraph": "brickscope-exporter-flamegraph",
+    "convert": ("brickscope-exporter-perfetto", "./exporters/perfetto"),
+    "merge": ("brickscope-exporter-perfetto", "./exporters/perfetto"),
+    "flamegraph": ("brickscope-exporter-flamegraph", "./exporters/flamegraph"),
 }
 
 
@@ -69,14 +70,18 @@ def build_parser() -> argparse.ArgumentParser:
             entry_point.load()(subparsers)
         except Exception as error:  # a broken plugin must not take the other commands down
             broken.append(f"{entry_point.name} ({entry_point.value}): {type(error).__name__}: {error}")
-    missing: dict[str, list[str]] = {}
+    missing: dict[tuple[str, str], list[str]] = {}
     for command, distribution in _OPTIONAL.items():
         if command not in subparsers.choices:
             missing.setdefault(distribution, []).append(command)
     if missing:
-        lines = [f"  pip install {dist:<32} # {', '.join(commands)}" for dist, commands in missing.items()]
+        lines = [
+            f"  pip install {path:<24} # {dist}: {', '.join(commands)}" for (dist, path), commands in missing.items()
+        ]
         first = "no subcommand is installed" if not subparsers.choices else "more subcommands"
-        parser.epilog = f"{first}: they come with the exporters:\n" + "\n".join(lines)
+        parser.epilog = f"{first}: they come with the exporters (paths in the brickscope repository):\n" + "\n".join(
+            lines
+        )
     if broken:
         parser.epilog = ((parser.epilog or "") + "\nsubcommands that failed to load: " + "; ".join(broken)).strip()
     return parser

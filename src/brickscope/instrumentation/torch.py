@@ -3,7 +3,7 @@
 
 Example::
 
-    pip install 'brickscope[torch]' opentelemetry-instrumentation brickscope-exporter-perfetto
+    pip install './[torch]' ./exporters/perfetto opentelemetry-instrumentation   # in the brickscope repository
     OTEL_PYTHON_TORCH_EXCLUDED_MODULES='*.dropout' opentelemetry-instrument \\
         --traces_exporter perfetto python train.py      # train.py is not changed
 

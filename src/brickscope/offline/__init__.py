@@ -14,13 +14,15 @@ Example::
 
 Every offline tool (``brickscope convert``, ``flamegraph``, the analysis
 commands) reads through :func:`open_spans`, feeds exporters through
-:func:`replay`, and writes its outputs through :class:`AtomicOutput`; a format
+:func:`replay`, and writes its outputs through :class:`AtomicOutput`
+(:func:`write_chrome_trace` writes spans as Chrome trace JSON); a format
 beyond OTLP JSON is added by registering a :class:`TraceFormat` under the
 ``brickscope.readers`` entry-point group. Every command's ``--step`` is read by
 :func:`step_argument` (``N``, ``A:B``, ``A:``, ``:B``). Every reader leaves out spans that
 cannot be true (:func:`impossible`) and counts them by reason in ``SpanStream.dropped``.
 """
 
+from brickscope.offline._chrome import write_chrome_trace
 from brickscope.offline._errors import TraceFileError, UsageError, one_line
 from brickscope.offline._formats import READERS_GROUP, SpanRecord, TraceFormat, span_record
 from brickscope.offline._integrity import (
@@ -62,4 +64,5 @@ __all__ = [
     "span_record",
     "step_argument",
     "write_atomically",
+    "write_chrome_trace",
 ]

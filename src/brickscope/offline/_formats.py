@@ -134,7 +134,7 @@ def sniff(source: TraceSource) -> TraceFormat:
         expected += " or " + ", ".join(names)
     hint = ""
     if head[0] == _PFTRACE_TAG and "pftrace" not in names:
-        hint = "; it may be a Perfetto trace: reading one needs pip install brickscope-exporter-perfetto"
+        hint = "; it may be a Perfetto trace: reading one needs brickscope-exporter-perfetto (pip install ./exporters/perfetto in the brickscope repository)"
     raise source.error(
         f"not a trace brickscope can read: expected {expected}{hint}; it starts with {head[:8].hex(' ')}"
     )

@@ -3,7 +3,7 @@
 
 Example::
 
-    pip install 'brickscope[otlp]' opentelemetry-instrumentation
+    pip install './[otlp]' opentelemetry-instrumentation    # in the brickscope repository
     OTEL_SERVICE_NAME=decoder opentelemetry-instrument --traces_exporter otlp --metrics_exporter otlp \\
         python app.py          # app.py only uses bs.step / bs.brick / bs.kernel
 

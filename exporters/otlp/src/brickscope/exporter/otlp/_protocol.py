@@ -38,7 +38,7 @@ class OTLPSpanExporter(SpanExporter):
             except ImportError as error:
                 raise ImportError(
                     f"brickscope_otlp over gRPC needs opentelemetry-exporter-otlp-proto-grpc "
-                    f"(pip install 'brickscope-exporter-otlp[grpc]'), or {variable}=http/protobuf: {error}"
+                    f"(pip install './exporters/otlp[grpc]' in the brickscope repository), or {variable}=http/protobuf: {error}"
                 ) from error
             return OTLPGrpcSpanExporter(*args, **kwargs)
         if protocol == "http/protobuf":

@@ -4,6 +4,7 @@
 Example::
 
     $ brickscope convert spans.jsonl -o trace.pftrace
+    $ brickscope convert trace.pftrace -o trace.json          # Chrome trace JSON
     $ brickscope merge rank0.pftrace rank1.pftrace -o all.pftrace
 
 Both register through the ``brickscope.commands`` entry-point group, read
@@ -20,20 +21,29 @@ from typing import Any
 
 _TRUNCATED_HELP = "read the valid prefix of a truncated input (a writer killed mid-write) instead of failing"
 
+#: What ``convert`` writes: format name -> the output extension that implies it.
+OUTPUT_FORMATS = {"pftrace": ".pftrace", "chrome-json": ".json"}
+
 
 def register_convert(subparsers: Any) -> None:
-    """Add ``brickscope convert``: OTLP JSON to ``.pftrace``."""
+    """Add ``brickscope convert``: any trace brickscope reads to ``.pftrace`` or Chrome trace JSON."""
     parser = subparsers.add_parser(
         "convert",
-        help="convert an OTLP JSON file to a Perfetto trace",
+        help="convert a trace to a Perfetto trace or Chrome trace JSON",
         description=(
-            "Convert an OTLP JSON file (the OpenTelemetry Collector's file exporter, "
-            "opentelemetry-exporter-otlp-json-file; JSON Lines or one document, gzip accepted) "
-            "into a Perfetto .pftrace to open in https://ui.perfetto.dev."
+            "Convert a trace brickscope reads (OTLP JSON from the OpenTelemetry Collector's file exporter "
+            "or opentelemetry-exporter-otlp-json-file, JSON Lines or one document, gzip accepted; a .pftrace) "
+            "into a Perfetto .pftrace or Chrome trace JSON, to open in https://ui.perfetto.dev or "
+            "chrome://tracing. The output's format is --to, or else its extension: .pftrace or .json."
         ),
     )
     parser.add_argument("input", help="OTLP JSON file (or any trace brickscope reads)")
-    parser.add_argument("-o", "--output", required=True, help="the .pftrace to write")
+    parser.add_argument("-o", "--output", required=True, help="the file to write (.pftrace or .json)")
+    parser.add_argument(
+        "--to",
+        choices=sorted(OUTPUT_FORMATS),
+        help="the output format (default: from the output's extension, .pftrace or .json)",
+    )
     parser.add_argument("-f", "--force", action="store_true", help="overwrite the output if it exists")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     parser.add_argument("--allow-truncated", action="store_true", help=_TRUNCATED_HELP)
@@ -58,17 +68,47 @@ def register_merge(subparsers: Any) -> None:
     parser.set_defaults(func=_merge)
 
 
+def output_format(path: str, to: str | None) -> str:
+    """The format ``convert`` writes ``path`` in: ``to`` when given, else told by the extension.
+
+    Raises UsageError (one line, exit 2) for an extension no format has while ``to`` is not
+    given, and for one that belongs to another format than ``to``.
+    """
+    from brickscope.offline import UsageError
+
+    extension = os.path.splitext(path)[1].lower()
+    implied = next((name for name, ext in OUTPUT_FORMATS.items() if ext == extension), None)
+    if to is None:
+        if implied is None:
+            known = " or ".join(OUTPUT_FORMATS.values())
+            raise UsageError(
+                f"{path}: unknown output extension {extension or '(none)'!r}; name it {known},"
+                f" or give --to {{{','.join(sorted(OUTPUT_FORMATS))}}}"
+            )
+        return implied
+    if implied is not None and implied != to:
+        raise UsageError(f"{path}: the extension {extension} is for {implied}, not --to {to}; rename the output")
+    return to
+
+
 def _convert(args: argparse.Namespace) -> int:
-    from brickscope.offline import AtomicOutput, Progress, TraceFileError, open_spans, replay
+    from brickscope.offline import AtomicOutput, Progress, TraceFileError, open_spans, replay, write_chrome_trace
 
     from ._exporter import PerfettoSpanExporter
 
+    chosen = output_format(args.output, args.to)
     with AtomicOutput(args.output, overwrite=args.force, inputs=[args.input], force_flag="--force") as output:
         progress = Progress(args.input, quiet=args.quiet)
         try:
             with open_spans(args.input, allow_truncated=args.allow_truncated, progress=progress) as spans:
-                with PerfettoSpanExporter(output.temporary) as exporter:
-                    count = replay(spans, exporter, on_batch=lambda n: setattr(progress, "extra", f", {n:,} spans"))
+                if chosen == "chrome-json":
+                    with output.open() as out:
+                        count = write_chrome_trace(spans, out)
+                else:
+                    with PerfettoSpanExporter(output.temporary) as exporter:
+                        count = replay(
+                            spans, exporter, on_batch=lambda n: setattr(progress, "extra", f", {n:,} spans")
+                        )
         finally:
             progress.finish()
         if not count:

@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``brickscope convert``: the output format comes from --to or the extension, never silently wrong."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pftrace_testlib import T0, THREAD, decode_trace, gpu_attributes, make_span
+
+from brickscope.cli import main
+from brickscope.exporter.perfetto import PerfettoSpanExporter
+
+
+def _pftrace(path):
+    spans = [
+        make_span(1, "step", T0, T0 + 5000, attributes=dict(THREAD)),
+        make_span(2, "gemm", T0 + 1000, T0 + 2500, 1, attributes=gpu_attributes(T0 + 100, 10, 1500, device=0)),
+    ]
+    with PerfettoSpanExporter(path) as exporter:
+        exporter.export(spans)
+
+
+def test_pftrace_to_json_is_chrome_trace(tmp_path, capsys):
+    """The case that used to write protobuf into a .json file: now Chrome trace JSON."""
+    _pftrace(tmp_path / "run.pftrace")
+    out = tmp_path / "run.json"
+    assert main(["convert", str(tmp_path / "run.pftrace"), "-o", str(out)]) == 0
+    trace = json.loads(out.read_text())
+    complete = sorted((e["name"], e["ts"], e["dur"]) for e in trace["traceEvents"] if e["ph"] == "X")
+    assert complete == [("gemm", 1.0, 1.5), ("step", 0.0, 5.0)]
+    lanes = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert "GPU 0 stream 32512" in lanes  # gpu_attributes' default stream, 0x7F00
+    assert "wrote 2 spans" in capsys.readouterr().err
+
+
+def test_explicit_to_with_another_extension(tmp_path):
+    _pftrace(tmp_path / "run.pftrace")
+    out = tmp_path / "run.trace"
+    assert main(["convert", str(tmp_path / "run.pftrace"), "-o", str(out), "--to", "chrome-json"]) == 0
+    assert json.loads(out.read_text())["displayTimeUnit"] == "ns"
+
+
+def test_pftrace_still_by_extension_and_by_to(tmp_path):
+    _pftrace(tmp_path / "run.pftrace")
+    for name, extra in (("a.pftrace", []), ("b.pftrace", ["--to", "pftrace"]), ("c.bin", ["--to", "pftrace"])):
+        assert main(["convert", str(tmp_path / "run.pftrace"), "-o", str(tmp_path / name), *extra]) == 0
+        slices = decode_trace(tmp_path / name).slices
+        assert sorted(s.name for s in slices if s.dur > 10) == ["gemm", "step"]  # (and gemm's 10 ns launch side)
+
+
+@pytest.mark.parametrize(
+    "output, extra, message",
+    [
+        ("x.trace", [], "x.trace: unknown output extension '.trace'; name it .pftrace or .json, or give --to"),
+        ("x", [], "unknown output extension '(none)'"),
+        ("x.json", ["--to", "pftrace"], "x.json: the extension .json is for chrome-json, not --to pftrace"),
+        ("x.pftrace", ["--to", "chrome-json"], "the extension .pftrace is for pftrace, not --to chrome-json"),
+    ],
+)
+def test_unknown_or_mismatching_extension_is_refused(tmp_path, capsys, output, extra, message):
+    _pftrace(tmp_path / "run.pftrace")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["convert", str(tmp_path / "run.pftrace"), "-o", str(tmp_path / output), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
+
+def test_unknown_to_is_refused_by_the_parser(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["convert", "in.jsonl", "-o", str(tmp_path / "x.json"), "--to", "svg"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'svg'" in capsys.readouterr().err
