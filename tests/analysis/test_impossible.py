@@ -101,6 +101,27 @@ class TestReport:
         assert data["spans"] == 1
         assert data["dropped_by_reason"] == {"inconsistent_duration": 2, "negative_duration": 1}
 
+    def test_negative_work_amounts_are_judged(self, tmp_path, capsys):
+        """Negative bytes (full or short name), flops, elements or tokens would give negative
+        totals and rates: each such span is left out as a negative work amount; zero is fine."""
+        path = _write(
+            tmp_path / "run.jsonl",
+            [
+                _brick(1, "gemm", T0, T0 + 10_000, 10_000, **{A.WORK_BYTES: 4_000, A.WORK_FLOPS: 0}),
+                _brick(2, "gemm", T0 + 20_000, T0 + 30_000, 10_000, **{A.WORK_BYTES: -4_000}),
+                _brick(3, "gemm", T0 + 40_000, T0 + 50_000, 10_000, bytes=-1),
+                _brick(4, "gemm", T0 + 60_000, T0 + 70_000, 10_000, **{A.WORK_FLOPS: -2.5}),
+                _brick(5, "gemm", T0 + 80_000, T0 + 90_000, 10_000, **{A.BRICK_ELEMENTS: -7}),
+                _span(6, "step", T0, T0 + 95_000, **{A.SCOPE_KIND: "step", A.STEP_NUMBER: 0, A.STEP_TOKENS: -3}),
+            ],
+        )
+        assert main(["report", str(path), "--format", "json"]) == 0
+        captured = capsys.readouterr()
+        assert captured.err.splitlines() == [f"{path}: 5 impossible spans left out (5 with negative work amount)"]
+        data = json.loads(captured.out)
+        assert data["spans"] == 1 and data["dropped_by_reason"] == {"negative_amount": 5}
+        assert data["memory"]["total_bytes"] == 4_000
+
     def test_a_file_of_impossible_spans_is_refused(self, tmp_path, capsys):
         """Every span impossible: rc 1, one line naming the file and the counts, nothing on stdout."""
         path = _write(tmp_path / "run.jsonl", [_brick(1, "attn", T0, None), _brick(2, "attn", T0 + 9, T0 + 3)])
@@ -141,7 +162,8 @@ _TIME = st.one_of(st.none(), st.integers(0, 20_000).map(lambda t: T0 + t))
 @st.composite
 def _generated_spans(draw: st.DrawFn) -> list[dict[str, Any]]:
     """Up to 14 spans of any shape: steps, bricks and kernels, GPU-timed or not, nested under
-    earlier spans, with times possibly absent or reversed and duration attributes of any sign."""
+    earlier spans, with times possibly absent or reversed and duration and work-amount
+    attributes of any sign."""
     spans = []
     for span_id in range(1, draw(st.integers(1, 14)) + 1):
         kind = draw(st.sampled_from(["step", "brick", "kernel", "other"]))
@@ -158,8 +180,11 @@ def _generated_spans(draw: st.DrawFn) -> list[dict[str, Any]]:
             attributes[A.GPU_DURATION_NS] = draw(st.one_of(st.none(), st.integers(-100, 6_000)))
         attributes[A.HOST_DURATION_NS] = draw(st.one_of(st.none(), st.integers(-100, 6_000)))
         attributes[A.STEP_NUMBER] = draw(st.one_of(st.none(), st.integers(0, 2)))
-        attributes[A.STEP_TOKENS] = draw(st.one_of(st.none(), st.integers(0, 8)))
-        attributes[A.WORK_BYTES] = draw(st.one_of(st.none(), st.integers(0, 10_000)))
+        attributes[A.STEP_TOKENS] = draw(st.one_of(st.none(), st.integers(-2, 8)))
+        attributes[A.WORK_BYTES] = draw(st.one_of(st.none(), st.integers(-10, 10_000)))
+        attributes[A.WORK_FLOPS] = draw(st.one_of(st.none(), st.integers(-10, 10_000), st.floats(-10.0, 1e4)))
+        attributes[A.BRICK_ELEMENTS] = draw(st.one_of(st.none(), st.integers(-5, 4_096)))
+        attributes["bytes"] = draw(st.one_of(st.none(), st.integers(-10, 10_000)))
         attributes[A.TILE_DURATION_NS.format("micro")] = draw(st.one_of(st.none(), st.integers(-10, 100)))
         parent = draw(st.one_of(st.none(), st.integers(1, span_id))) if span_id > 1 else None
         spans.append(_span(span_id, name, start, end, parent=parent if parent != span_id else None, **attributes))

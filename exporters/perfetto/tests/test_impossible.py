@@ -133,6 +133,29 @@ def test_a_gpu_span_shorter_than_the_tolerance_with_a_negative_gpu_duration_is_d
     assert accelerated == python == ([3, 4, 5, 6], {"negative_duration": 2})
 
 
+def test_negative_work_amounts_are_dropped_by_both_readings(fast, short_hold, tmp_path, monkeypatch):
+    """Negative bytes (full and short name), elements and tokens as integers (the C loop's own
+    check) and negative flops as a float (left to the Python rule): left out by both readings;
+    zero bytes is an amount like any other."""
+    amounts = [
+        {A.WORK_BYTES: 0},
+        {A.WORK_BYTES: -4_000},
+        {"bytes": -1},
+        {A.BRICK_ELEMENTS: -7},
+        {A.STEP_TOKENS: -3},
+        {A.TILE_ELEMENTS.format("macro"): -2},
+        {A.WORK_FLOPS: -2.5},
+    ]
+    spans = [
+        make_span(i + 1, "op", T0 + 1_000 * i, T0 + 1_000 * i + 100, attributes={**BRICK, **amount})
+        for i, amount in enumerate(amounts)
+    ]
+    spans += [make_span(i, "op", T0 + 1_000 * i, T0 + 1_000 * i + 100, attributes=THREAD) for i in range(8, 11)]
+    path = _write(tmp_path / "t.pftrace", spans)
+    accelerated, python = _read_both(monkeypatch, fast, path)
+    assert accelerated == python == ([1, 8, 9, 10], {"negative_amount": 6})
+
+
 def test_a_span_ending_before_it_starts_is_left_out_by_the_writer_and_counted(tmp_path, caplog):
     """A slice cannot end before it begins: the writer leaves such a span out and counts it
     (not a zero-length slice that would read back as a plausible span); the rest are written."""

@@ -28,6 +28,7 @@ from brickscope.offline._formats import READERS_GROUP, SpanRecord, TraceFormat, 
 from brickscope.offline._integrity import (
     GPU_DURATION_TOLERANCE_NS,
     IMPOSSIBLE_REASONS,
+    NONNEGATIVE_KEYS,
     describe_impossible,
     impossible,
 )
@@ -39,6 +40,7 @@ from brickscope.offline._steps import StepRange, describe_steps, parse_steps, st
 
 __all__ = [
     "GPU_DURATION_TOLERANCE_NS",
+    "NONNEGATIVE_KEYS",
     "IMPOSSIBLE_REASONS",
     "READERS_GROUP",
     "AtomicOutput",

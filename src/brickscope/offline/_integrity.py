@@ -21,6 +21,10 @@ and counts it under one of :data:`IMPOSSIBLE_REASONS`, in this order of preceden
 - ``negative_duration``: a duration attribute (``brickscope.brick.self_duration_ns``,
   ``brickscope.gpu.duration_ns``, ``brickscope.host.duration_ns``,
   ``brickscope.tile.<level>.duration_ns``) is below zero.
+- ``negative_amount``: a work amount (``brickscope.work.bytes``, ``brickscope.work.flops``,
+  ``brickscope.step.tokens``, ``brickscope.brick.elements``, ``brickscope.tile.<level>.elements``,
+  or the short ``bytes``, ``flops``, ``tokens`` a scope's keywords give) is below zero: it
+  would make a negative total, rate or share.
 - ``inconsistent_duration``: ``brickscope.gpu.duration_ns`` differs from end - start by
   more than :data:`GPU_DURATION_TOLERANCE_NS` (the conventions make them equal), or ``brickscope.brick.self_duration_ns`` exceeds
   end - start (self time is the duration less nested bricks).
@@ -34,26 +38,41 @@ from collections.abc import Mapping
 from typing import Any
 
 from brickscope.trace.attributes import (
+    BRICK_ELEMENTS,
     BRICK_SELF_DURATION_NS,
     GPU_DURATION_NS,
     HOST_DURATION_NS,
+    SCOPE_KEYWORDS,
+    STEP_TOKENS,
     TILE_DURATION_NS,
+    TILE_ELEMENTS,
     TILE_LEVELS,
+    WORK_BYTES,
+    WORK_FLOPS,
 )
 
 NO_END_TIME = "no_end_time"
 NO_START_TIME = "no_start_time"
 END_BEFORE_START = "end_before_start"
 NEGATIVE_DURATION = "negative_duration"
+NEGATIVE_AMOUNT = "negative_amount"
 INCONSISTENT_DURATION = "inconsistent_duration"
 #: Every reason a span is impossible, in order of precedence.
-IMPOSSIBLE_REASONS = (NO_END_TIME, NO_START_TIME, END_BEFORE_START, NEGATIVE_DURATION, INCONSISTENT_DURATION)
+IMPOSSIBLE_REASONS = (
+    NO_END_TIME,
+    NO_START_TIME,
+    END_BEFORE_START,
+    NEGATIVE_DURATION,
+    NEGATIVE_AMOUNT,
+    INCONSISTENT_DURATION,
+)
 
 _WORDS = {
     NO_END_TIME: "no end time",
     NO_START_TIME: "no start time",
     END_BEFORE_START: "end before start",
     NEGATIVE_DURATION: "negative duration attribute",
+    NEGATIVE_AMOUNT: "negative work amount",
     INCONSISTENT_DURATION: "duration attribute disagreeing with end - start",
 }
 #: 2001-09-09 in nanoseconds since the Unix epoch: an end at or after it with no start is
@@ -64,6 +83,18 @@ WALL_CLOCK_MIN_NS = 10**18
 GPU_DURATION_TOLERANCE_NS = 1000
 _NUMBERS = frozenset((int, float))  # not bool: True is not a duration
 _TILE_DURATIONS = tuple(TILE_DURATION_NS.format(level) for level in TILE_LEVELS)
+_AMOUNTS = (
+    WORK_BYTES,
+    WORK_FLOPS,
+    STEP_TOKENS,
+    BRICK_ELEMENTS,
+    *(TILE_ELEMENTS.format(level) for level in TILE_LEVELS),
+    *(short for short, full in SCOPE_KEYWORDS.items() if full in (WORK_BYTES, WORK_FLOPS, STEP_TOKENS)),
+)
+#: The attributes the rule wants never below zero, besides the self, GPU and host durations it
+#: names one by one: a reader that checks these keys hold non-negative integers (the .pftrace
+#: reader's C loop, with the three durations) may skip the rule for a span whose times are in order.
+NONNEGATIVE_KEYS = (*_TILE_DURATIONS, *_AMOUNTS)
 
 
 def impossible(start: int | None, end: int | None, attributes: Mapping[str, Any] | None) -> str | None:
@@ -94,6 +125,10 @@ def impossible(start: int | None, end: int | None, attributes: Mapping[str, Any]
         tile_ns = get(key)
         if tile_ns is not None and type(tile_ns) in _NUMBERS and tile_ns < 0:
             return NEGATIVE_DURATION
+    for key in _AMOUNTS:
+        amount = get(key)
+        if amount is not None and type(amount) in _NUMBERS and amount < 0:
+            return NEGATIVE_AMOUNT
     duration = end - start
     if self_ns is not None and self_ns > duration or gpu_ns is not None and not (
         -GPU_DURATION_TOLERANCE_NS <= gpu_ns - duration <= GPU_DURATION_TOLERANCE_NS

@@ -32,7 +32,7 @@ from brickscope import native
 from ._schema import META
 
 #: The ``ABI_VERSION`` of ``_fastread`` this package's Python was written for.
-FASTREAD_ABI = 3
+FASTREAD_ABI = 4
 #: The C decoder of a packet's annotations (_fastread.c), or None: the Python code below.
 _fast = native.load("brickscope.exporter.perfetto._fastread", abi=FASTREAD_ABI)
 

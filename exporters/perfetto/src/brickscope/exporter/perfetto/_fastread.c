@@ -728,7 +728,7 @@ static struct {
     long long gpu_tolerance; /* brickscope.offline's GPU_DURATION_TOLERANCE_NS */
     unsigned long long max_packet, cleared_flag, clock_realtime;
     PyObject *meta_name, *host_start, *host_duration, *gpu_duration, *self_duration;
-    PyObject *tile_durations; /* a tuple of str */
+    PyObject *nonnegative_keys; /* a tuple of str: attributes never below zero (durations, amounts) */
     PyObject *impossible;     /* brickscope.offline.impossible */
 } cfg;
 
@@ -744,7 +744,7 @@ static PyObject *configure(PyObject *module, PyObject *args, PyObject *kwargs) {
     static const char *const fields[] = {"resource",       "hold",          "max_waiting",    "max_packet",
                                          "cache_limit",    "cleared_flag",  "clock_realtime", "meta_name",
                                          "host_start_key", "host_duration_key", "gpu_duration_key",
-                                         "self_duration_key", "tile_duration_keys", "impossible",
+                                         "self_duration_key", "nonnegative_keys", "impossible",
                                          "gpu_duration_tolerance"};
     enum { N_FIELDS = 15 };
     PyObject *v[N_FIELDS];
@@ -793,12 +793,12 @@ static PyObject *configure(PyObject *module, PyObject *args, PyObject *kwargs) {
         return NULL;
     }
     if (!PyTuple_CheckExact(v[12])) {
-        PyErr_SetString(PyExc_TypeError, "configure: tile_duration_keys must be a tuple of str");
+        PyErr_SetString(PyExc_TypeError, "configure: nonnegative_keys must be a tuple of str");
         return NULL;
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v[12]); i++) {
         if (!PyUnicode_Check(PyTuple_GET_ITEM(v[12], i))) {
-            PyErr_SetString(PyExc_TypeError, "configure: tile_duration_keys must be a tuple of str");
+            PyErr_SetString(PyExc_TypeError, "configure: nonnegative_keys must be a tuple of str");
             return NULL;
         }
     }
@@ -820,7 +820,7 @@ static PyObject *configure(PyObject *module, PyObject *args, PyObject *kwargs) {
     Py_XSETREF(cfg.host_duration, Py_NewRef(v[9]));
     Py_XSETREF(cfg.gpu_duration, Py_NewRef(v[10]));
     Py_XSETREF(cfg.self_duration, Py_NewRef(v[11]));
-    Py_XSETREF(cfg.tile_durations, Py_NewRef(v[12]));
+    Py_XSETREF(cfg.nonnegative_keys, Py_NewRef(v[12]));
     Py_XSETREF(cfg.impossible, Py_NewRef(v[13]));
     cfg.gpu_tolerance = tolerance;
     cfg.ready = 1;
@@ -1228,8 +1228,8 @@ static int surely_possible(PyObject *start, PyObject *end, PyObject *attributes)
     int fine = int_within(attributes, cfg.gpu_duration, gpu_low, duration + cfg.gpu_tolerance);
     if (fine == 1) fine = int_within(attributes, cfg.self_duration, 0, duration);
     if (fine == 1) fine = int_within(attributes, cfg.host_duration, 0, LLONG_MAX);
-    for (Py_ssize_t i = 0; fine == 1 && i < PyTuple_GET_SIZE(cfg.tile_durations); i++) {
-        fine = int_within(attributes, PyTuple_GET_ITEM(cfg.tile_durations, i), 0, LLONG_MAX);
+    for (Py_ssize_t i = 0; fine == 1 && i < PyTuple_GET_SIZE(cfg.nonnegative_keys); i++) {
+        fine = int_within(attributes, PyTuple_GET_ITEM(cfg.nonnegative_keys, i), 0, LLONG_MAX);
     }
     return fine;
 }
@@ -1484,7 +1484,7 @@ static PyMethodDef methods[] = {
      "None where the Python reader would take its general message walk."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(*, resource, hold, max_waiting, max_packet, cache_limit, cleared_flag, clock_realtime,\n"
-     "meta_name, host_start_key, host_duration_key, gpu_duration_key, self_duration_key, tile_duration_keys,\n"
+     "meta_name, host_start_key, host_duration_key, gpu_duration_key, self_duration_key, nonnegative_keys,\n"
      "impossible, gpu_duration_tolerance): the reader's constants, once, by\n"
      "keyword fields only (a positional argument, a missing or an unknown field is a TypeError naming it)."},
     {"feed", (PyCFunction)(void (*)(void))feed, METH_FASTCALL,
@@ -1527,7 +1527,7 @@ PyMODINIT_FUNC PyInit__fastread(void) {
      * the decoder state it shares): _annotations.py states the one it was written for, and
      * brickscope.native.load refuses another. Raise it with any such change. */
     if (PyModule_AddObjectRef(module, "OpenSlice", (PyObject *)&OpenSliceType) < 0 ||
-        PyModule_AddIntConstant(module, "ABI_VERSION", 3) < 0) {
+        PyModule_AddIntConstant(module, "ABI_VERSION", 4) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -50,6 +50,7 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from brickscope.offline import (
     GPU_DURATION_TOLERANCE_NS,
+    NONNEGATIVE_KEYS,
     ProgressCallback,
     SpanRecord,
     TraceFormat,
@@ -61,8 +62,6 @@ from brickscope.trace.attributes import (
     GPU_DURATION_NS,
     HOST_DURATION_NS,
     HOST_START_NS,
-    TILE_DURATION_NS,
-    TILE_LEVELS,
 )
 
 from ._annotations import _CACHE_ENTRIES, _fast, decode_annotations, decode_event_annotations
@@ -667,7 +666,7 @@ def configure_accelerator(fast: Any) -> None:
         host_duration_key=HOST_DURATION_NS,
         gpu_duration_key=GPU_DURATION_NS,
         self_duration_key=BRICK_SELF_DURATION_NS,
-        tile_duration_keys=tuple(TILE_DURATION_NS.format(level) for level in TILE_LEVELS),
+        nonnegative_keys=NONNEGATIVE_KEYS,
         impossible=impossible,
         gpu_duration_tolerance=GPU_DURATION_TOLERANCE_NS,
     )
