@@ -34,3 +34,20 @@ def fast():
     module = importlib.import_module(FASTREAD)
     _reader.configure_accelerator(module)
     return module
+
+
+@pytest.fixture(name="same_ids")
+def _same_ids(monkeypatch):
+    """Every writer draws the same sequence id and track uuids, as an unlucky draw would."""
+    import types
+
+    from brickscope.exporter.perfetto import _writer
+
+    class SameRandom:
+        def randrange(self, a, b=None):
+            return a + 7 if b is not None else 7
+
+        def getrandbits(self, n):
+            return 12345
+
+    monkeypatch.setattr(_writer, "random", types.SimpleNamespace(SystemRandom=SameRandom))

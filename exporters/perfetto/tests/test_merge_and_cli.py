@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import types
 
 import pytest
 from opentelemetry.sdk.resources import Resource
@@ -12,7 +11,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from pftrace_testlib import T0, THREAD, decode_trace, expected_slices, gpu_attributes, make_span
 
 from brickscope.cli import main
-from brickscope.exporter.perfetto import PerfettoSpanExporter, _writer as writer_module, merge_traces, read_spans
+from brickscope.exporter.perfetto import PerfettoSpanExporter, merge_traces, read_spans
 
 
 def _rank_file(path, rank, monkeypatch=None):
@@ -34,20 +33,6 @@ def _rank_file(path, rank, monkeypatch=None):
     return spans
 
 
-@pytest.fixture(name="colliding")
-def _colliding(monkeypatch):
-    """Make every writer pick the same sequence id and track uuids, as an unlucky draw would."""
-
-    class SameRandom:
-        def randrange(self, a, b=None):
-            return a + 7 if b is not None else 7
-
-        def getrandbits(self, n):
-            return 12345
-
-    monkeypatch.setattr(writer_module, "random", types.SimpleNamespace(SystemRandom=SameRandom))
-
-
 class TestMerge:
     def test_keeps_every_packet(self, tmp_path):
         """The merged trace holds every packet of every input."""
@@ -59,7 +44,7 @@ class TestMerge:
         assert result.packets == counts
         assert len(decode_trace(tmp_path / "all.pftrace").packets) == sum(counts)
 
-    def test_no_collisions(self, tmp_path, colliding):
+    def test_no_collisions(self, tmp_path, same_ids):
         """Inputs that share sequence ids and track uuids are merged without mixing them."""
         inputs = [tmp_path / f"r{i}.pftrace" for i in range(2)]
         spans = [s for i, p in enumerate(inputs) for s in _rank_file(p, i)]

@@ -6,7 +6,6 @@ collector does not have to walk."""
 from __future__ import annotations
 
 import gc
-import types
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -141,20 +140,6 @@ class TestWriterChunks:
         forgotten = 160 - remembered
         assert forgotten > 0
         assert paces == 110 + 160 + 160 + 320 + forgotten
-
-
-@pytest.fixture(name="same_ids")
-def _same_ids(monkeypatch):
-    """Every writer draws the same sequence id and track uuids."""
-
-    class SameRandom:
-        def randrange(self, a, b=None):
-            return a + 7 if b is not None else 7
-
-        def getrandbits(self, n):
-            return 12345
-
-    monkeypatch.setattr(writer_module, "random", types.SimpleNamespace(SystemRandom=SameRandom))
 
 
 def test_pausing_writes_the_same_bytes(same_ids):
