@@ -65,6 +65,7 @@ from brickscope.trace.attributes import (
 )
 
 from ._annotations import _CACHE_ENTRIES, _fast, decode_annotations, decode_event_annotations
+from ._foreign import ForeignSlice, track_attributes
 from ._schema import (
     CLOCK_REALTIME,
     IMPLIED_GPU_DURATION,
@@ -87,6 +88,7 @@ from ._schema import (
     META_STATUS_CODE,
     META_STATUS_DESCRIPTION,
     SEQ_INCREMENTAL_STATE_CLEARED,
+    SEQ_NEEDS_INCREMENTAL_STATE,
     TRACE_PACKET_TAG,
     TYPE_INSTANT,
     TYPE_SLICE_BEGIN,
@@ -105,6 +107,8 @@ _HOLD_SPANS = 8192
 #: Launch slices and events waiting for their span, at most.
 _MAX_WAITING = 1 << 16
 _PROGRESS_EVERY_PACKETS = 4096
+#: brickscope.offline.impossible's reason for a span with a start and no end.
+_NO_END_TIME = "no_end_time"
 
 #: ``iter_packets``'s ``consume``: (buffer, offset) -> offset of the first packet not taken.
 Consume = Callable[[bytes, int], int]
@@ -193,9 +197,18 @@ def _field(buffer: bytes, offset: int, base: int) -> tuple[int, int, int] | None
 
 
 class _Sequence:
-    """Incremental state of one trusted packet sequence."""
+    """Incremental state of one trusted packet sequence, and whether it is brickscope's.
 
-    __slots__ = ("tables", "default_clock", "clocks", "decoded")
+    A sequence is *ours* from its first slice that carries the ``otel`` annotation, and
+    *foreign* once it has ended :data:`_HOLD_SPANS` slices without one, or at the end of
+    the file: until then its slices without it wait in ``pending`` (a brickscope GPU span's
+    launch slice may end before the span's own slice begins).
+    """
+
+    __slots__ = (
+        "tables", "default_clock", "clocks", "decoded", "multipliers", "default_track", "cleared", "ours", "foreign",
+        "pending",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.tables: dict[str, dict[int, str]] = {}
@@ -203,6 +216,13 @@ class _Sequence:
         self.decoded: dict[Any, Any] = {}
         self.default_clock = 0
         self.clocks: dict[int, int] = {}  # incremental clock id -> last absolute value
+        self.multipliers: dict[int, int] = {}  # incremental clock id -> ns per unit, when not 1
+        #: TracePacketDefaults' track_event_defaults.track_uuid: the track of events that name none
+        self.default_track: int | None = None
+        self.cleared = False  # incremental state cleared at least once
+        self.ours = False
+        self.foreign = False
+        self.pending: list[tuple[int, int, int, ForeignSlice]] = []
 
     def lookup(self, table: str, iid: int) -> str:
         try:
@@ -239,9 +259,16 @@ class _Decoder:
     """Packets in, ended spans out: the streaming state of one file."""
 
     def __init__(self, dropped: dict[str, int] | None = None) -> None:
+        #: brickscope's sequences: the C decoder (``_fastread.feed``) reads these, never the others
         self.sequences: dict[int, _Sequence] = {}
+        #: the other sequences: not yet known to be brickscope's, or another producer's
+        self.others: dict[int, _Sequence] = {}
+        self.foreign_ids = 0  # span ids given out to other producers' slices
+        #: packets skipped because their sequence's incremental state was never set
+        self.lost_state = 0
         self.descriptors: dict[int, Any] = {}
         self.resources: dict[int, Resource] = {}
+        self.tracks: dict[int, dict[str, Any]] = {}  # track uuid -> a foreign slice's track attributes
         self.open: dict[int, list[_Open]] = {}  # track uuid -> stack of open slices
         self.ended: deque[tuple[int, int, int, _Open]] = deque()  # (uuid, start, end, slice)
         self.launches: dict[int, tuple[int, int]] = {}  # flow id -> host launch (start, end)
@@ -253,28 +280,43 @@ class _Decoder:
 
     def packet(self, data: bytes) -> None:
         scanned = _fast.scan(data) if _fast is not None else None
-        if scanned is not None:  # a plain track-event packet, read in C (same fields)
+        if scanned is not None and scanned[0] in self.sequences:  # a plain track-event packet, read in C
             self._scanned(data, *scanned)
             return
         packet = pb.TracePacket.FromString(data)
-        sequence = self.sequences.get(packet.trusted_packet_sequence_id)
+        sequence_id = packet.trusted_packet_sequence_id
+        sequence = self.sequences.get(sequence_id) or self.others.get(sequence_id)
         if sequence is None:
-            sequence = self.sequences[packet.trusted_packet_sequence_id] = _Sequence()
+            sequence = self.others[sequence_id] = _Sequence()
         if packet.sequence_flags & SEQ_INCREMENTAL_STATE_CLEARED or packet.incremental_state_cleared:
             sequence.tables.clear()
             sequence.decoded.clear()
             sequence.default_clock = 0
+            sequence.default_track = None
+            sequence.cleared = True
+        elif packet.sequence_flags & SEQ_NEEDS_INCREMENTAL_STATE and not (sequence.cleared or sequence.ours):
+            # As the trace processor: data written before the sequence's state was (re)set
+            # (a ring buffer that wrapped) cannot be read; skipped and counted.
+            self.lost_state += 1
+            return
         if packet.HasField("trace_packet_defaults"):
-            sequence.default_clock = packet.trace_packet_defaults.timestamp_clock_id
+            defaults = packet.trace_packet_defaults
+            sequence.default_clock = defaults.timestamp_clock_id
+            if defaults.track_event_defaults.HasField("track_uuid"):
+                sequence.default_track = defaults.track_event_defaults.track_uuid
         if packet.HasField("interned_data"):
             _intern(sequence, packet.interned_data)
         if packet.HasField("clock_snapshot"):
             for clock in packet.clock_snapshot.clocks:
                 if clock.is_incremental:
-                    sequence.clocks[clock.clock_id] = clock.timestamp
+                    multiplier = clock.unit_multiplier_ns or 1
+                    sequence.clocks[clock.clock_id] = clock.timestamp * multiplier
+                    if multiplier != 1:
+                        sequence.multipliers[clock.clock_id] = multiplier
         if packet.HasField("track_descriptor"):
             self.descriptors[packet.track_descriptor.uuid] = packet.track_descriptor
             self.resources.pop(packet.track_descriptor.uuid, None)
+            self.tracks.pop(packet.track_descriptor.uuid, None)
         if packet.HasField("track_event"):
             self._event(_timestamp(packet, sequence), packet.track_event, sequence, data)
 
@@ -299,13 +341,25 @@ class _Decoder:
     def _event(self, ts: int, event: Any, sequence: _Sequence, data: bytes) -> None:
         kind = event.type
         uuid = event.track_uuid
+        if sequence.default_track is not None and not event.HasField("track_uuid"):
+            uuid = sequence.default_track
         if kind == TYPE_SLICE_BEGIN:
-            self.open.setdefault(uuid, []).append(_Open(ts, event, sequence, data))
+            stack = self.open.setdefault(uuid, [])
+            piece = _Open(ts, event, sequence, data)
+            if piece.ours or sequence.ours:
+                if not sequence.ours:
+                    self._own(sequence)
+                stack.append(piece)
+            else:
+                stack.append(self._foreign(ts, event, sequence, uuid, piece.attributes, stack))
         elif kind == TYPE_SLICE_END:
             self._end(uuid, ts, event.terminating_flow_ids)
         elif kind == TYPE_INSTANT:
             attributes, meta = decode_annotations(event.debug_annotations, sequence.lookup)
             owner = meta.get(META_EVENT_OF)
+            if owner is None and not sequence.ours:  # another producer's instant: a zero-length slice
+                stack = self.open.setdefault(uuid, [])
+                self._foreign_end(self._foreign(ts, event, sequence, uuid, attributes, stack), ts)
             if owner is not None:
                 if owner in self.released:
                     self.lost_events += 1
@@ -323,9 +377,68 @@ class _Decoder:
                 if terminating_flow_ids and piece.meta[META_SPAN_ID] in terminating_flow_ids:
                     piece.meta["_gpu"] = True  # the launch flow ends here when the GPU began first
                 self.ended.append((uuid, piece.start, ts, piece))
-            else:  # a GPU span's launch slice (or another producer's slice)
+            elif type(piece) is ForeignSlice and not piece.sequence.ours:
+                self._foreign_end(piece, ts)
+            else:  # a GPU span's launch slice
                 for flow in piece.flows:
                     _bounded_put(self.launches, flow, (piece.start, ts))
+
+    def _foreign(
+        self, ts: int, event: Any, sequence: _Sequence, uuid: int, attributes: dict[str, Any], stack: list[Any]
+    ) -> ForeignSlice:
+        """Another producer's slice (perhaps: see :class:`_Sequence`) begun at ``ts``."""
+        categories = tuple(sequence.lookup("categories", iid) for iid in event.category_iids)
+        self.foreign_ids += 1
+        parent = stack[-1] if stack and type(stack[-1]) is ForeignSlice else None
+        name = _event_name(event, sequence)
+        flows = tuple(event.flow_ids)
+        return ForeignSlice(
+            ts, name, categories + tuple(event.categories), attributes, flows, sequence, uuid, self.foreign_ids, parent
+        )
+
+    def _foreign_end(self, piece: ForeignSlice, ts: int) -> None:
+        """A slice without the ``otel`` annotation ended: a span of another producer, or, on a
+        sequence not yet known, held (and a launch slice if the sequence turns out ours)."""
+        sequence = piece.sequence
+        if sequence.foreign:
+            self.ended.append((piece.uuid, piece.start, ts, piece))
+            return
+        for flow in piece.flows:
+            _bounded_put(self.launches, flow, (piece.start, ts))
+        sequence.pending.append((piece.uuid, piece.start, ts, piece))
+        if len(sequence.pending) > _HOLD_SPANS:
+            self._disown(sequence)
+
+    def _own(self, sequence: _Sequence) -> None:
+        """The sequence is brickscope's: its waiting slices were launch slices, and from now
+        on the C decoder may read it (unless its clocks have units it does not apply). A
+        sequence already found foreign stays so: its slices so far were spans already."""
+        if sequence.foreign:
+            return
+        sequence.ours = True
+        sequence.pending.clear()
+        for sequence_id, other in self.others.items():
+            if other is sequence and not sequence.multipliers:
+                self.sequences[sequence_id] = self.others.pop(sequence_id)
+                break
+
+    def _disown(self, sequence: _Sequence) -> None:
+        """The sequence is another producer's: its waiting slices are spans."""
+        sequence.foreign = True
+        self.ended.extend(sequence.pending)
+        sequence.pending.clear()
+
+    def finish(self) -> None:
+        """The file ended: sequences still undecided are other producers'; their slices begun
+        and never ended are counted (``no_end_time``) and left out, not given an end."""
+        for sequence in self.others.values():
+            if not sequence.ours and not sequence.foreign:
+                self._disown(sequence)
+        never_ended = sum(
+            1 for stack in self.open.values() for piece in stack if type(piece) is ForeignSlice and piece.sequence.foreign
+        )
+        if never_ended:
+            self.dropped[_NO_END_TIME] = self.dropped.get(_NO_END_TIME, 0) + never_ended
 
     def ready(self, *, final: bool = False, records: bool = False) -> Iterator[Any]:
         """Spans held long enough (all of them when ``final``), as SpanRecords when ``records``."""
@@ -342,6 +455,8 @@ class _Decoder:
     def _decoded(self, uuid: int, start: int, end: int, piece: _Open) -> tuple[Any, ...] | None:
         """The span's SpanRecord fields, then its trace id, META and events; None for an
         impossible span (counted in :attr:`dropped`)."""
+        if type(piece) is ForeignSlice:
+            return self._foreign_decoded(uuid, start, end, piece)
         meta = piece.meta
         attributes = piece.attributes
         span_id = meta[META_SPAN_ID]
@@ -368,6 +483,23 @@ class _Decoder:
             return None
         parent = meta.get(META_PARENT_SPAN_ID, 0)
         return (piece.name, start, end, span_id, parent, resource, attributes, piece.trace_id, meta, events)
+
+
+    def _foreign_decoded(self, uuid: int, start: int, end: int, piece: ForeignSlice) -> tuple[Any, ...] | None:
+        """:meth:`_decoded` of another producer's slice (see :mod:`._foreign`)."""
+        resource = self.resources.get(uuid)
+        if resource is None:
+            resource = self.resources[uuid] = _resource(uuid, self.descriptors)
+        track = self.tracks.get(uuid)
+        if track is None:
+            track = self.tracks[uuid] = track_attributes(uuid, self.descriptors)
+        attributes = {**piece.attributes, **track}
+        reason = impossible(start, end, attributes)
+        if reason is not None:
+            self.dropped[reason] = self.dropped.get(reason, 0) + 1
+            return None
+        meta = {META_PARENT_SPAN_ID: piece.parent_id} if piece.parent_id else {}
+        return (piece.name, start, end, piece.span_id, piece.parent_id, resource, attributes, piece.trace_id, meta, ())
 
 
 def read_pftrace(source: TraceSource, *, records: bool = False) -> Iterator[Any]:
@@ -422,7 +554,14 @@ def read_pftrace(source: TraceSource, *, records: bool = False) -> Iterator[Any]
             )
     if fed:
         yield from taken()
+    decoder.finish()
     yield from decoder.ready(final=True, records=records)
+    if decoder.lost_state:
+        _logger.warning(
+            "%s: %d packets written before their sequence's incremental state was set were skipped",
+            source.path,
+            decoder.lost_state,
+        )
     if decoder.lost_events:
         _logger.warning(
             "%s: %d span events whose span was not found nearby were skipped", source.path, decoder.lost_events
@@ -552,7 +691,7 @@ def _timestamp(packet: Any, sequence: _Sequence) -> int:
 def _on_clock(clock: int, ts: int, sequence: _Sequence) -> int:
     """The absolute time of ``ts`` given on ``clock`` (a sequence's incremental clock, or not)."""
     if clock in sequence.clocks:
-        ts = sequence.clocks[clock] = sequence.clocks[clock] + ts
+        ts = sequence.clocks[clock] = sequence.clocks[clock] + ts * sequence.multipliers.get(clock, 1)
     elif clock not in (0, CLOCK_REALTIME) and 64 <= clock < 128:
         raise ValueError(f"timestamp on sequence clock {clock} before its ClockSnapshot")
     return ts
