@@ -172,12 +172,18 @@ class TestBadInput:
         assert line.startswith("brickscope report: ") and str(path) in line and problem in line
 
     def test_spans_but_no_bricks(self, tmp_path, capsys):
-        """OTLP JSON of plain application spans is not a brickscope trace: said, not an empty report."""
+        """OTLP JSON of plain application spans: a table of their names by self time, and each
+        brickscope section says in one line which attributes it needs."""
         from analysis_synthetic import _resource, span
 
         path = write_otlp_json(tmp_path / "app.jsonl", [span(1, "GET /", "server", 0, 10, _resource(0))])
-        assert main(["report", str(path)]) == 1
-        assert "no brickscope brick or kernel span" in capsys.readouterr().err
+        assert main(["report", "--format", "json", str(path)]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert [(s["name"], s["count"], s["self_ns"], s["share"]) for s in report["others"]] == [("GET /", 1, 10_000, 1.0)]  # span() takes microseconds
+        assert report["operations"] == []
+        assert main(["report", str(path)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert "Slowest brick instances: not shown, no brick spans (needs brickscope.scope.kind=brick)" in lines
 
     def test_corrupt_gzip(self, tmp_path, capsys):
         """A gzip file cut short is named with the problem."""

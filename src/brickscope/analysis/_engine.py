@@ -48,7 +48,7 @@ def analyse(
 
     Raises:
         AnalysisError: a filter names a rank or device the trace lacks, or leaves no
-            brick or kernel span.
+            brick or kernel span (no span, in a trace without them).
         ValueError: ``comm_min_ratio`` or ``memory_min_share`` is not in [0, 1].
     """
     for name, value in (("comm_min_ratio", comm_min_ratio), ("memory_min_share", memory_min_share)):
@@ -85,6 +85,7 @@ def analyse(
         critical_paths=_graph.critical_paths(table, slowest=top),
         host=_host.host_time(table),
         stalls=_stalls.stalls(table, found, top),
+        others=_operations.other_operations(table),
     )
 
 
@@ -99,7 +100,7 @@ def select(
 
     Raises:
         AnalysisError: a filter names a rank or device the trace lacks, or leaves no
-            brick or kernel span.
+            brick or kernel span (no span, in a trace without them).
     """
     be = table.backend
     filters: dict[str, str] = {}
@@ -125,10 +126,11 @@ def select(
         mask = _and(be, mask, be.mask_in(table["device"], codes))
         filters["device"] = ",".join(map(str, devices))
     if mask is not None:
+        work = be.count_true(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL)))
         table = table.select(mask)
-        if not be.count_true(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL))):
+        if not (be.count_true(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL))) if work else table.rows):
             described = " ".join(f"--{key} {value}" for key, value in filters.items())
-            raise AnalysisError(f"no brick or kernel span matches {described}")
+            raise AnalysisError(f"no {'brick or kernel span' if work else 'span'} matches {described}")
     return table, filters
 
 

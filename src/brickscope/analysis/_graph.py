@@ -14,8 +14,8 @@ A node's **latest finish** is the latest end that delays neither its parent's en
 nor its lane successor's start (observed gaps kept); its **slack** is latest finish
 minus actual end. The **critical path** of a node is its lane chain ending at the
 child that ends last (the one the parent waited for), each of those expanded
-recursively; its leaves in time order are the path, with the bricks and kernels
-whose own work (the time their chain of children does not cover) is on it too. Children timed on another clock
+recursively; its leaves in time order are the path, with the bricks, kernels and
+spans of no brickscope kind whose own work (the time their chain of children does not cover) is on it too. Children timed on another clock
 than their parent (a host-timed kernel launch under a GPU-timed brick) are not on
 the parent's timeline: they are drawn in the tree but have no slack and are never
 on the path.
@@ -68,9 +68,10 @@ class Node:
     slack_ns: int | None = None  # None: not on the parent's timeline (another clock)
     critical: bool = False
     #: Time the node itself puts on the critical path: all of it for a leaf of the path;
-    #: for a brick or kernel whose children are on it, the part of it those children do
-    #: not cover (its own work: host code around its launches, untimed kernels); 0 for a
-    #: step or layer (what its children do not cover is a gap) and off the path.
+    #: for a brick, kernel or span of no brickscope kind whose children are on it, the part
+    #: of it those children do not cover (its own work: host code around its launches,
+    #: untimed kernels); 0 for a step or layer (what its children do not cover is a gap)
+    #: and off the path.
     path_ns: int = 0
     #: For a median tree: steps the node appeared in, steps it was critical in.
     seen: int = 1
@@ -320,7 +321,7 @@ def _assign_slack(root: Node) -> None:
 
 def _mark_path(root: Node, path: list[Node]) -> None:
     """Mark the critical chain under ``root`` and append its spans to ``path`` in time order:
-    the leaves, and before its children a brick or kernel whose own work is on the path."""
+    the leaves, and before its children a brick, kernel or other span whose own work is on the path."""
     root.critical = True
     root.critical_in = 1
     kids = _timed_children(root)
@@ -332,7 +333,7 @@ def _mark_path(root: Node, path: list[Node]) -> None:
     last = max(kids, key=lambda k: (k.end, -k.start))
     lane = _lanes(kids)[last.lane]
     chain = lane[: lane.index(last) + 1]
-    if root.kind in ("brick", "kernel"):
+    if root.kind in ("brick", "kernel", "other"):  # a step's or layer's uncovered time is a gap
         root.path_ns = max(root.duration_ns - _covered(chain, root.start, root.end), 0)
         if root.path_ns:
             path.append(root)

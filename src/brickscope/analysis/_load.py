@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 from brickscope.analysis._backend import get_backend
-from brickscope.analysis._table import KIND_BRICK, KIND_KERNEL, Table, TableBuilder
+from brickscope.analysis._table import Table, TableBuilder
 from brickscope.offline._errors import one_line
 
 #: Called as ``progress(bytes_read, total_bytes)`` over all inputs while loading.
@@ -85,7 +85,7 @@ def load(
             raise AnalysisError("brickscope: this session was configured with aggregate=False: it keeps no spans")
         session.sync()
         table = session.aggregator.table(engine.name)
-        _require_work(table, "the live session")
+        _require_spans(table, "the live session")
         return table
     with _cyclic_gc_paused():
         return _load_files(files, engine, progress, allow_truncated, progress_for)
@@ -100,14 +100,14 @@ def load_spans(spans: Iterable[Any], *, backend: str | None = None) -> Table:
         backend: ``"numpy"`` or ``"python"``; default numpy when installed.
 
     Raises:
-        AnalysisError: no brick or kernel span among them.
+        AnalysisError: no span among them.
 
     .. versionadded:: 0.2.0
     """
     builder = TableBuilder(get_backend(backend))
     builder.add_all(spans)
     table = builder.build(release=True)
-    _require_work(table, "the spans given")
+    _require_spans(table, "the spans given")
     return table
 
 
@@ -142,7 +142,7 @@ def _load_files(
         builder.sources.append(path)
         before += size
     table = builder.build(release=True)
-    _require_work(table, files[0] if len(files) == 1 else f"{len(files)} files")
+    _require_spans(table, files[0] if len(files) == 1 else f"{len(files)} files")
     return table
 
 
@@ -198,13 +198,11 @@ def _read(path: str, allow_truncated: bool, progress: ProgressCallback | None) -
     return open_records(path, allow_truncated=allow_truncated, progress=progress)
 
 
-def _require_work(table: Table, what: str) -> None:
-    be = table.backend
-    work = be.count_true(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL)))
-    if not work:
-        raise AnalysisError(
-            f"{what}: {table.rows} spans but no brickscope brick or kernel span (not a brickscope trace?)"
-        )
+def _require_spans(table: Table, what: str) -> None:
+    """A table of no span has nothing to analyse; spans of no brickscope kind (another
+    producer's slices) have their own section (docs/analysis.md)."""
+    if not table.rows:
+        raise AnalysisError(f"{what}: no spans")
 
 
 def _one_line(path: str, exc: BaseException) -> str:

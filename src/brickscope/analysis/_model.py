@@ -283,6 +283,8 @@ class Report:
     critical_paths: tuple[StepCriticalPath, ...] = ()  # of the `top` longest steps, by rank and step
     host: HostTime | None = None  # None: no overhead or gc span in the trace
     stalls: tuple[Stall, ...] = ()  # the `top` stalls that cost most
+    #: spans of no brickscope kind (other producers' slices), by name and self time
+    others: tuple[OperationStats, ...] = ()
     #: ``dropped`` by reason: ``bound`` (a live session's), or a reason of brickscope.offline.impossible
     dropped_by_reason: dict[str, int] = field(default_factory=dict)
     schema: int = SCHEMA

@@ -16,7 +16,8 @@ from typing import Any
 
 from brickscope.analysis._model import Instance, OperationStats, Outlier
 from brickscope.analysis._stats import nearest_rank
-from brickscope.analysis._table import KIND_BRICK, KIND_KERNEL, Table
+from brickscope.analysis._intervals import union_ns
+from brickscope.analysis._table import KIND_BRICK, KIND_KERNEL, KIND_OTHER, Table
 
 PERCENTILES = (0.5, 0.9, 0.99)
 #: An instance is an outlier when its duration exceeds this many times its
@@ -58,6 +59,39 @@ def categories(table: Table, found: Any = None) -> tuple[OperationStats, ...]:
     brick_rows = [r for r, kind in zip(found.rows, be.take(work["kind"], found.rows)) if kind == KIND_BRICK]
     stalled = replace(found, rows=brick_rows).by_group(work["category"])
     return tuple(_with_shares(_group_stats(bricks, bricks["category"], names, bricks, stalled)))
+
+
+def other_operations(table: Table) -> tuple[OperationStats, ...]:
+    """Spans of no brickscope kind (another producer's slices, another instrumentation's
+    spans) grouped by name, by self time, largest first. A span's self time here is its
+    duration minus the union of its children's intervals (any kind), each clipped to the
+    span: what the span did itself, as a profiler's self time, never below zero."""
+    be = table.backend
+    parents = be.to_list(table["parent"])
+    kinds = be.to_list(table["kind"])
+    starts, ends = be.to_list(table["start"]), be.to_list(table["end"])
+    groups: list[int] = []
+    clipped_starts: list[int] = []
+    clipped_ends: list[int] = []
+    for row, parent in enumerate(parents):
+        if parent >= 0 and kinds[parent] == KIND_OTHER:
+            groups.append(parent)
+            clipped_starts.append(max(starts[row], starts[parent]))
+            clipped_ends.append(min(ends[row], ends[parent]))
+    covered = union_ns(
+        be, be.column(groups, "int64"), be.column(clipped_starts, "int64"), be.column(clipped_ends, "int64"), table.rows
+    )
+    own = [end - start - inside for start, end, inside in zip(starts, ends, covered)]
+    mask = be.mask_in(table["kind"], (KIND_OTHER,))
+    others = table.select(mask)
+    rows = {
+        "duration": others["duration"],
+        "self": be.compress(be.column(own, "int64"), mask),
+        "elements": others["elements"],
+        "bytes": others["bytes"],
+    }
+    names = [(op.name, op.kind, op.category) for op in table.operations]
+    return tuple(_with_shares(_group_stats(others, others["op"], names, rows, ({}, {}))))
 
 
 @dataclass(frozen=True)
@@ -171,7 +205,7 @@ def _group_stats(
     highest = pick(be, ordered, offsets, count, 1.0)
     out = []
     for g, (name, kind, category) in enumerate(names):
-        if not count[g] or kind not in ("brick", "kernel", "category"):
+        if not count[g] or kind not in ("brick", "kernel", "category", "other"):
             continue
         seconds = self_ns[g] / 1e9
         out.append(

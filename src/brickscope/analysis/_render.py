@@ -17,8 +17,11 @@ from typing import Any
 from brickscope.analysis._diff import Comparison, OperationChange
 from brickscope.analysis._model import Instance, OperationStats, Overlap, Report
 from brickscope.analysis._operations import OUTLIER_FACTOR, STALL_FACTOR, STALL_MADS
+from brickscope.trace import attributes as A
 
 FORMATS = ("text", "markdown", "json")
+# The attributes a section needs, named where a trace lacks them.
+_KIND, _CATEGORY, _CLOCK, _DEVICE = A.SCOPE_KIND, A.BRICK_CATEGORY, A.CLOCK, A.GPU_DEVICE_ID
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # Markdown's markup; "_" only where it could open or close emphasis (not inside a word,
 # so rms_norm stays readable in the raw text).
@@ -117,6 +120,7 @@ class _Writer:
         if report.dropped_by_reason.get("bound"):
             lines += self.note(f"{report.dropped_by_reason['bound']} spans beyond the session's bound were not analysed")
         lines += self.operations(report)
+        lines += self.others(report)
         lines += self.instances(report)
         lines += self.stalls(report)
         lines += self.host(report)
@@ -164,7 +168,29 @@ class _Writer:
             lines += self.table(
                 ("category",) + header, [(self.name(s.name),) + self.figures(s) for s in report.categories], 1
             )
+        elif not any(s.kind == "brick" for s in report.operations):
+            lines += self.omitted(
+                "Self time by brick and category",
+                f"no brick spans (needs {_KIND}=brick, and {_CATEGORY} for categories)",
+            )
         return lines
+
+    def others(self, report: Report) -> list[str]:
+        """Spans of no brickscope kind (another producer's slices) by name: self time is the
+        span's duration less its children's (docs/analysis.md)."""
+        if not report.others:
+            return []
+        header = ("span", "count", "self ms", "share", "total ms", "mean us", "p50 us", "p90 us", "p99 us", "max us")
+        rows = [
+            (
+                self.name(s.name), str(s.count), _ms(s.self_ns), _share(s.share), _ms(s.total_ns), _us(s.mean_ns),
+                _us(s.p50_ns), _us(s.p90_ns), _us(s.p99_ns), _us(s.max_ns),
+            )
+            for s in report.others
+        ]  # fmt: skip
+        total = sum(s.self_ns for s in report.others)
+        title = f"Self time by span name, spans of no brickscope kind (total {_ms(total)} ms)"
+        return self.title(title) + self.table(header, rows, 1)
 
     @staticmethod
     def figures(s: OperationStats) -> tuple[str, ...]:
@@ -202,7 +228,9 @@ class _Writer:
                 1,
             )
         else:
-            lines = self.omitted("Slowest brick instances", "no brick spans")
+            lines = self.omitted("Slowest brick instances", f"no brick spans (needs {_KIND}=brick)")
+        if not report.ranks:  # no brick or kernel span at all
+            return lines + self.omitted("Outliers", f"no brick or kernel spans (needs {_KIND}=brick or kernel)")
         lines += self.title(f"Outliers (self time over {OUTLIER_FACTOR:g}x their operation's median)")
         if not report.outliers:
             return lines + self.note("none")
@@ -223,6 +251,8 @@ class _Writer:
         )
 
     def stalls(self, report: Report) -> list[str]:
+        if not report.ranks:  # no brick or kernel span at all
+            return self.omitted("Stalls", f"no brick or kernel spans (needs {_KIND}=brick or kernel)")
         lines = self.title(
             f"Stalls (self time over max({STALL_FACTOR:g}x, median + {STALL_MADS:g} MAD) of their operation;"
             " most time over the median first)"
@@ -256,7 +286,8 @@ class _Writer:
         lines = self.title("brickscope's own work and GC pauses")
         if host is None:
             return lines + self.note(
-                "no overhead or gc spans in the trace (host_intervals off, the resolver thread, or an older brickscope)"
+                f"no overhead or gc spans in the trace (needs {_KIND}=overhead or gc: host_intervals off,"
+                " the resolver thread, or an older brickscope)"
             )
         wall = "step wall time" if host.steps else "the trace's extent"
         gc = (
@@ -293,9 +324,11 @@ class _Writer:
                 ]
             lines += self.table(("device / stream", "model", "count", "busy ms", "idle in steps ms"), rows, 2)
         else:
-            lines = self.omitted("Devices", "no GPU-timed spans (timed on the host clock)")
+            lines = self.omitted(
+                "Devices", f"no GPU-timed spans (timed on the host clock; needs {_CLOCK}=cuda or gpu and {_DEVICE})"
+            )
         if not report.ranks:
-            return lines + self.omitted("Ranks", "no brick or kernel spans")
+            return lines + self.omitted("Ranks", f"no brick or kernel spans (needs {_KIND}=brick or kernel)")
         lines += self.title("Ranks")
         lines += self.table(
             ("rank", "count", "busy ms", "idle in steps ms"),
@@ -317,7 +350,10 @@ class _Writer:
     def communication(self, report: Report) -> list[str]:
         comm = report.communication
         if not comm.operations:
-            return self.omitted("Communication", "no communication bricks")
+            return self.omitted(
+                "Communication",
+                f"no communication bricks (needs {_KIND}=brick with {_CATEGORY}=communication or a collective's name)",
+            )
         lines = self.title("Communication")
         lines += self.note(
             f"{comm.count} bricks, {_ms(comm.total_ns)} ms self time ({_share(comm.share)} of brick time);"
@@ -347,7 +383,9 @@ class _Writer:
     def memory(self, report: Report) -> list[str]:
         memory = report.memory
         if not memory.operations:
-            return self.omitted("Memory traffic", "no span carries bytes (or output_shape and dtype)")
+            return self.omitted(
+                "Memory traffic", f"no span carries bytes (needs {A.WORK_BYTES}, or {A.WORK_OUTPUT_SHAPE} and {A.WORK_DTYPE})"
+            )
         lines = self.title("Memory traffic (bytes attributes)")
         peak = memory.peak
         lines += self.note(
@@ -374,7 +412,7 @@ class _Writer:
 
     def roofline(self, report: Report) -> list[str]:
         if not report.roofline:
-            return self.omitted("Roofline", "no span carries flops or bytes")
+            return self.omitted("Roofline", f"no span carries flops or bytes (needs {A.WORK_FLOPS} or {A.WORK_BYTES})")
         return self.title("Roofline (flops and bytes attributes)") + self.table(
             ("operation", "kind", "device", "GFLOP/s", "GB/s", "FLOP/B", "bound", "of roof"),
             [
@@ -396,7 +434,7 @@ class _Writer:
     def throughput(self, report: Report) -> list[str]:
         throughput = report.throughput
         if not throughput.steps:
-            return self.omitted("Steps", "no step spans")
+            return self.omitted("Steps", f"no step spans (needs {_KIND}=step)")
         lines = self.title("Steps")
         text = f"{len(throughput.steps)} steps, mean {_ms(throughput.mean_step_ns)} ms"
         if throughput.mean_step_wall_ns != throughput.mean_step_ns:
