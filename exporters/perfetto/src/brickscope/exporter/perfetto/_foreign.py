@@ -33,8 +33,8 @@ from brickscope.trace.attributes import THREAD_ID, THREAD_NAME
 
 #: str: the slice's TrackEvent categories, comma-separated (``"gpu,render"``).
 CATEGORY = "perfetto.category"
-#: str: the name of the custom track the slice is on (a TrackDescriptor with a name,
-#: neither a thread nor a process track), the innermost one when tracks nest.
+#: str: the name of the track the slice is on when it is no thread's (a custom track, or a
+#: process track that has a name of its own), the innermost one when tracks nest.
 TRACK_NAME = "perfetto.track.name"
 
 _PRIMITIVES = (bool, int, float, str)
@@ -93,7 +93,7 @@ def attribute_value(value: Any) -> Any:
 
 def track_attributes(uuid: int, descriptors: Mapping[int, Any]) -> dict[str, Any]:
     """``thread.id`` and ``thread.name`` of the thread track ``uuid`` is (or is under), and
-    :data:`TRACK_NAME` of the innermost named custom track on the way there."""
+    :data:`TRACK_NAME` of the innermost named track on the way there that is no thread's."""
     out: dict[str, Any] = {}
     seen = set()
     descriptor = descriptors.get(uuid)
@@ -105,11 +105,11 @@ def track_attributes(uuid: int, descriptors: Mapping[int, Any]) -> dict[str, Any
             if name:
                 out[THREAD_NAME] = name
             break
-        if descriptor.HasField("process"):
-            break
         name = track_name(descriptor)
         if name and TRACK_NAME not in out:
             out[TRACK_NAME] = name
+        if descriptor.HasField("process"):
+            break
         uuid = descriptor.parent_uuid
         descriptor = descriptors.get(uuid)
     return out

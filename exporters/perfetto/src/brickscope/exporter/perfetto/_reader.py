@@ -266,6 +266,7 @@ class _Decoder:
         self.foreign_ids = 0  # span ids given out to other producers' slices
         #: packets skipped because their sequence's incremental state was never set
         self.lost_state = 0
+        self.unknown_categories = 0  # interned category ids other producers never defined
         self.descriptors: dict[int, Any] = {}
         self.resources: dict[int, Resource] = {}
         self.tracks: dict[int, dict[str, Any]] = {}  # track uuid -> a foreign slice's track attributes
@@ -387,7 +388,11 @@ class _Decoder:
         self, ts: int, event: Any, sequence: _Sequence, uuid: int, attributes: dict[str, Any], stack: list[Any]
     ) -> ForeignSlice:
         """Another producer's slice (perhaps: see :class:`_Sequence`) begun at ``ts``."""
-        categories = tuple(sequence.lookup("categories", iid) for iid in event.category_iids)
+        known = sequence.tables.get("categories", {})
+        categories = tuple(known[iid] for iid in event.category_iids if iid in known)
+        # As the trace processor, a category id never defined is left out (some writers
+        # refer to one they never intern), counted; an undefined name is still an error.
+        self.unknown_categories += len(event.category_iids) - len(categories)
         self.foreign_ids += 1
         parent = stack[-1] if stack and type(stack[-1]) is ForeignSlice else None
         name = _event_name(event, sequence)
@@ -561,6 +566,10 @@ def read_pftrace(source: TraceSource, *, records: bool = False) -> Iterator[Any]
             "%s: %d packets written before their sequence's incremental state was set were skipped",
             source.path,
             decoder.lost_state,
+        )
+    if decoder.unknown_categories:
+        _logger.warning(
+            "%s: %d interned category ids that were never defined were left out", source.path, decoder.unknown_categories
         )
     if decoder.lost_events:
         _logger.warning(
