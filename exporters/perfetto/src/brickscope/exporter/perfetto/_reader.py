@@ -14,8 +14,9 @@ API. Decoding follows the trace processor's rules: interned data per packet
 sequence (cleared by ``SEQ_INCREMENTAL_STATE_CLEARED``), timestamps on the
 sequence's incremental clock or absolute, an END closing the most recent open
 slice of its track. Each slice that carries the span's identity (the ``otel``
-annotation dictionary) becomes one span; launch slices, link markers and slices
-of other producers are skipped. What comes back: name, trace/span/parent ids,
+annotation dictionary) becomes one span; launch slices and link markers are
+skipped. Slices of other producers (a sequence with no ``otel`` slice) become spans
+of no brickscope kind, named by their slice (:mod:`._foreign`). What comes back: name, trace/span/parent ids,
 start and end (the GPU interval for GPU-timed spans), attributes with their
 types, kind, status, events, links, the instrumentation scope and a resource
 holding ``service.name`` (plus ``process.pid`` when it was real, and the other
