@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 import logging
 
-import pytest
-from pftrace_testlib import T0, gpu_attributes, make_span
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from pftrace_testlib import T0, gpu_attributes, make_span
 
 from brickscope.cli import main
 from brickscope.exporter.perfetto import PerfettoSpanExporter, _reader, read_spans

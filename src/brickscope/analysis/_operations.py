@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from brickscope.analysis._intervals import union_ns
 from brickscope.analysis._model import Instance, OperationStats, Outlier
 from brickscope.analysis._stats import nearest_rank
-from brickscope.analysis._intervals import union_ns
 from brickscope.analysis._table import KIND_BRICK, KIND_KERNEL, KIND_OTHER, Table
 
 PERCENTILES = (0.5, 0.9, 0.99)
