@@ -138,7 +138,10 @@ class TestSlices:
         trace.event(200, END, track=None).sequence_flags = NEEDS_STATE
         spans = read_spans(trace.write(tmp_path / "interned.pftrace"))
         # decode: T0 + 100 to T0 + 100 + 50 + 25 + 200; huffman: T0 + 150 to T0 + 175
-        assert [(s.name, s.start_time - T0, s.end_time - T0) for s in spans] == [("decode", 100, 375), ("huffman", 150, 175)]
+        assert [(s.name, s.start_time - T0, s.end_time - T0) for s in spans] == [
+            ("decode", 100, 375),
+            ("huffman", 150, 175),
+        ]
         decode = by_name(spans)["decode"]
         assert dict(decode.attributes) == {"bytes_in": 4096, CATEGORY: "media", "thread.id": 101, "thread.name": "main"}
 

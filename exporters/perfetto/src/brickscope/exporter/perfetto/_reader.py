@@ -16,10 +16,10 @@ sequence's incremental clock or absolute, an END closing the most recent open
 slice of its track. Each slice that carries the span's identity (the ``otel``
 annotation dictionary) becomes one span; launch slices and link markers are
 skipped. Slices of other producers (a sequence with no ``otel`` slice) become spans
-of no brickscope kind, named by their slice (:mod:`._foreign`). What comes back: name, trace/span/parent ids,
-start and end (the GPU interval for GPU-timed spans), attributes with their
-types, kind, status, events, links, the instrumentation scope and a resource
-holding ``service.name`` (plus ``process.pid`` when it was real, and the other
+of no brickscope kind, named by their slice (:mod:`._foreign`). What comes back:
+name, trace/span/parent ids, start and end (the GPU interval for GPU-timed spans),
+attributes with their types, kind, status, events, links, the instrumentation scope
+and a resource holding ``service.name`` (plus ``process.pid`` when it was real, and the other
 resource attributes as strings, from the process labels).
 
 Memory is bounded: packets are read one at a time, and a span is held only
@@ -489,7 +489,6 @@ class _Decoder:
             return None
         parent = meta.get(META_PARENT_SPAN_ID, 0)
         return (piece.name, start, end, span_id, parent, resource, attributes, piece.trace_id, meta, events)
-
 
     def _foreign_decoded(self, uuid: int, start: int, end: int, piece: ForeignSlice) -> tuple[Any, ...] | None:
         """:meth:`_decoded` of another producer's slice (see :mod:`._foreign`)."""
