@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from pftrace_testlib import T0, gpu_attributes, make_span
@@ -349,3 +350,46 @@ class TestCommands:
         assert sorted(out.read_text().splitlines()) == [
             "game;frame 1500", "game;frame;render 1000", "game;frame;render;draw 500", "game;frame;update 1000",
         ]  # fmt: skip
+
+
+class TestRealProducer:
+    def test_tg4perfetto_example(self, caplog):
+        """tests/data/tg4perfetto_example.pftrace is what ``python -m tg4perfetto.example``
+        (tg4perfetto 0.0.6, Apache-2.0, a TrackEvent writer on PyPI) writes: interned names,
+        process, custom and nested group tracks, instants, nested debug annotations, and a
+        category id it never interns on each of its 13 events. Expected: its example's calls."""
+        path = Path(__file__).parent / "data" / "tg4perfetto_example.pftrace"
+        with caplog.at_level(logging.WARNING):
+            spans = read_spans(path)
+        assert "13 interned category ids that were never defined were left out" in caplog.text
+        ids = {span.context.span_id: span.name for span in spans}
+        got = sorted(
+            (
+                span.resource.attributes["service.name"],
+                span.attributes.get(TRACK_NAME),
+                span.name,
+                span.start_time,
+                span.end_time,
+                ids.get(span.parent.span_id) if span.parent else None,
+            )
+            for span in spans
+        )
+        assert got == sorted([
+            ("aaa", "example_track", "SOME_TRACK", 100, 250, None),
+            ("aaa", "ddd", "WXX", 100, 300, None),
+            ("vvv", "ddd3", "WXYZ", 200, 200, None),
+            ("vvv", "ddd2", "XXX", 222, 333, None),
+            ("vvv", "ddd3", "WXX3", 300, 900, None),
+            ("vvv", "ddd3", "ABCDE", 300, 300, "WXX3"),
+            ("vvv", "ddd3", "WXX4", 400, 670, "WXX3"),
+            ("vvv", "ddd3", "ABCDE", 400, 400, "WXX4"),
+            ("vvv", "ddd3", "ADE", 600, 600, "WXX4"),
+            ("vvv", "ddd3", "ADE2", 700, 700, "WXX3"),
+            ("vvv", "ddd2", "WXX2", 900, 1000, None),
+            ("abc.2", "XX", "X", 100, 500, None),
+            ("abc.2", "XX", "Y", 300, 600, None),
+        ])  # fmt: skip
+        ade = next(span for span in spans if span.name == "ADE")
+        assert dict(ade.attributes) == {
+            "aaa": "abc", "ccc": "xxx", "eee.aaa": "abc", "eee.ccc": "ddd", TRACK_NAME: "ddd3",
+        }  # fmt: skip
