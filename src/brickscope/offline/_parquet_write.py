@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ._parquet_rows import SpanBatch
@@ -54,6 +54,9 @@ class ParquetSpanWriter:
         path: the file to write (created or replaced).
         run: the ``run`` column of every row; None: each resource's ``service.instance.id``.
         row_group_rows: rows per row group (a reader holds about one group in memory).
+        pace: called between small units of work (a span, a column of a batch): an
+            exporter's :class:`brickscope.sdk.pacing.Pacer` tick, so that a long write never
+            keeps the interpreter from the application thread for long.
 
     Raises:
         ImportError: pyarrow is not installed (the message says what to install).
@@ -63,13 +66,19 @@ class ParquetSpanWriter:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, run: str | None = None, row_group_rows: int = ROW_GROUP_ROWS
+        self,
+        path: str | os.PathLike[str],
+        *,
+        run: str | None = None,
+        row_group_rows: int = ROW_GROUP_ROWS,
+        pace: Callable[[], object] | None = None,
     ) -> None:
         if row_group_rows < 1:
             raise ValueError(f"row_group_rows must be at least 1, got {row_group_rows}")
         pa = import_pyarrow()
         self.path = os.fspath(path)
         self.row_group_rows = row_group_rows
+        self._pace = pace
         self._batch = SpanBatch(run)
         self._pending: list[Any] = []  # Arrow batches not written yet
         self._pending_rows = 0
@@ -99,18 +108,29 @@ class ParquetSpanWriter:
     def write(self, spans: Iterable[ReadableSpan]) -> int:
         """Add spans; a row group is written whenever ``row_group_rows`` are pending. Returns how many were kept."""
         kept = 0
-        batch = self._batch
+        batch, pace = self._batch, self._pace
         for span in spans:
             if batch.add(span):
                 kept += 1
                 if len(batch) >= BATCH_ROWS:
-                    self._take()
+                    self.end_batch()
+            if pace is not None:
+                pace()
         self.spans_written += kept
         return kept
 
+    def end_batch(self) -> None:
+        """Turn the spans written so far into Arrow columns now (the writer then holds no
+        span object); a full row group is written out."""
+        if len(self._batch):
+            arrow = self._batch.take(self._pace)
+            self._pending.append(arrow)
+            self._pending_rows += arrow.num_rows
+            self._write_groups(final=False)
+
     def flush_row_group(self) -> None:
         """Write every pending row now, as one (smaller) row group."""
-        self._take()
+        self.end_batch()
         self._write_groups(final=True)
 
     def close(self) -> None:
@@ -131,13 +151,6 @@ class ParquetSpanWriter:
         if not self._closed:
             self._closed = True
             self._writer.close()
-
-    def _take(self) -> None:
-        if len(self._batch):
-            arrow = self._batch.take()
-            self._pending.append(arrow)
-            self._pending_rows += arrow.num_rows
-            self._write_groups(final=False)
 
     def _write_groups(self, *, final: bool) -> None:
         """Write full row groups (and, when ``final``, the rest)."""
