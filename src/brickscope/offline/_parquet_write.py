@@ -27,7 +27,9 @@ from ._parquet_rows import SpanBatch
 from ._parquet_schema import (
     KERNEL_SOURCES_KEY,
     PARQUET_COLUMNS,
+    PARQUET_SCHEMA_VERSION,
     ROW_GROUP_ROWS,
+    SCHEMA_VERSION_KEY,
     STRING,
     import_pyarrow,
     parquet_schema,
@@ -41,7 +43,7 @@ BATCH_ROWS = 8192
 #: Columns written with DELTA_BINARY_PACKED instead of a dictionary: times and durations,
 #: which differ on nearly every row but little from the row before.
 DELTA_COLUMNS = ("start_ns", "end_ns", "host_start_ns", "host_duration_ns", "gpu_duration_ns", "self_ns")
-#: zstd level: 3 is zstd's default (about 30 B a span on the demo's trace, docs/benchmarks.md).
+#: zstd level: 3 is zstd's default (docs/benchmarks.md gives the bytes a span it makes).
 ZSTD_LEVEL = 3
 
 
@@ -90,6 +92,10 @@ class ParquetSpanWriter:
             compression_level=ZSTD_LEVEL,
             use_dictionary=[c.name for c in PARQUET_COLUMNS if c.type == STRING or c.name in _DICTIONARY_INTS],
             column_encoding=dict.fromkeys(DELTA_COLUMNS, "DELTA_BINARY_PACKED"),
+            write_statistics=list(STATISTICS_COLUMNS),
+            # The Arrow schema (4.5 kB in the footer) is not needed to read the file back:
+            # the Parquet types give the same Arrow types (int8, fixed_size_binary(16)...).
+            store_schema=False,
         )
         #: Spans written so far (in row groups, or pending).
         self.spans_written = 0
@@ -140,9 +146,11 @@ class ParquetSpanWriter:
         self._closed = True
         try:
             self.flush_row_group()
+            metadata = {SCHEMA_VERSION_KEY: str(PARQUET_SCHEMA_VERSION)}
             sources = _merged_sources(self._batch.kernel_sources)
             if sources:
-                self._writer.add_key_value_metadata({KERNEL_SOURCES_KEY: sources})
+                metadata[KERNEL_SOURCES_KEY] = sources
+            self._writer.add_key_value_metadata(metadata)
         finally:
             self._writer.close()
 
@@ -177,8 +185,15 @@ class ParquetSpanWriter:
             self.abort()
 
 
-#: Integer columns with few distinct values a dictionary shrinks (one per process or run).
-_DICTIONARY_INTS = ("parent_span_id", "thread_id", "pid", "step", "layer", "device_ordinal", "stream", "trace_id")
+#: Columns besides the strings with few distinct values, which a dictionary shrinks. Not
+#: parent_span_id: a parent has a handful of children, and plain zstd does better there.
+_DICTIONARY_INTS = ("thread_id", "pid", "step", "layer", "device_ordinal", "stream", "trace_id")
+#: Columns with min/max statistics in the footer (what a query filters on: row groups that
+#: cannot match are skipped); the JSON columns' statistics would be long strings for nothing.
+STATISTICS_COLUMNS = (
+    "run", "trace_id", "span_id", "parent_span_id", "name", "kind", "category", "start_ns", "end_ns", "clock",
+    "step", "layer", "service_name", "service_instance_id", "host_name", "pid", "rank", "device_ordinal", "stream",
+)  # fmt: skip
 
 
 def _merged_sources(registries: dict[str, None]) -> str | None:
