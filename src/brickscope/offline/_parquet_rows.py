@@ -75,6 +75,10 @@ def _loads(text: str) -> dict[str, Any]:
     return {key: _attribute_value(value) for key, value in json.loads(text).items()}
 
 
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 class _ResourceRow:
     """The columns a resource fills, computed once per resource."""
 
@@ -85,12 +89,11 @@ class _ResourceRow:
         instance = attributes.get("service.instance.id")
         pid = attributes.get("process.pid")
         rank = attributes.get(A.RANK)
-        text = lambda value: value if isinstance(value, str) else None  # noqa: E731
         self.values = (
-            run if run is not None else text(instance),
-            text(attributes.get("service.name")),
-            text(instance),
-            text(attributes.get(A.HOST_NAME)),
+            run if run is not None else _text(instance),
+            _text(attributes.get("service.name")),
+            _text(instance),
+            _text(attributes.get(A.HOST_NAME)),
             pid if type(pid) is int and _INT64_MIN <= pid <= _INT64_MAX else None,
             None if rank is None or str(rank) == "" else str(rank),
             _dumps(attributes),
