@@ -79,7 +79,10 @@ class TestParts:
         for first in (0, 2):
             with ParquetSpanExporter(tmp_path / "out") as exporter:
                 exporter.export(_spans(2, first=first))
-        assert [os.path.basename(p) for p in parquet_files(tmp_path / "out")] == ["part-00000.parquet", "part-00001.parquet"]
+        assert [os.path.basename(p) for p in parquet_files(tmp_path / "out")] == [
+            "part-00000.parquet",
+            "part-00001.parquet",
+        ]
 
     def test_run_column(self, tmp_path, monkeypatch):
         """run: the argument, else BRICKSCOPE_PARQUET_RUN, else the resource's service.instance.id."""
@@ -186,7 +189,9 @@ class TestZeroCode:
             "LOCAL_RANK": "3",
             "WORLD_SIZE": "4",
         }
-        result = subprocess.run([sys.executable, "-c", program], env=environ, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [sys.executable, "-c", program], env=environ, capture_output=True, text=True, timeout=120
+        )
         assert result.returncode == 0, result.stderr
         (part,) = parquet_files(tmp_path / "job")
         assert os.path.dirname(part) == str(tmp_path / "job" / "rank-3")

@@ -195,18 +195,20 @@ def _add_batch(np: Any, builder: TableBuilder, reader: RowReader, batch: Any, dr
         indices = [kind_index, *(index for _values, index in parts)]
         radix = [len(kind_names), *(len(values) for values, _index in parts)]
         if math.prod(radix) < 1 << 62:
-            key = np.zeros(len(kind_index), dtype=np.int64)
+            mixed = np.zeros(len(kind_index), dtype=np.int64)
             for index, size in zip(indices, radix):
-                key = key * size + index
-            distinct, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+                mixed = mixed * size + index
+            distinct, first, inverse = np.unique(mixed, return_index=True, return_inverse=True)
         else:
-            distinct, first, inverse = np.unique(np.stack(indices, axis=1), axis=0, return_index=True, return_inverse=True)
+            rows = np.stack(indices, axis=1)
+            distinct, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
         op_of, category_of = [0] * len(distinct), [0] * len(distinct)
         for at in np.argsort(first, kind="stable").tolist():  # new codes in order of first row, as span by span
             k, name, cat, brick = (int(indices[i][first[at]]) for i in range(4))
-            key = _op_key(_KIND_CODES.get(kind_names[k], KIND_OTHER), parts[0][0][name], parts[1][0][cat], parts[2][0][brick])
-            op_of[at] = _op_code(builder, key)
-            category_of[at] = _category_code(builder, key[2])
+            kind_code = _KIND_CODES.get(kind_names[k], KIND_OTHER)
+            op_key = _op_key(kind_code, parts[0][0][name], parts[1][0][cat], parts[2][0][brick])
+            op_of[at] = _op_code(builder, op_key)
+            category_of[at] = _category_code(builder, op_key[2])
         inverse = inverse.reshape(-1)
         op = np.asarray(op_of, dtype=np.int64)[inverse]
         category = np.asarray(category_of, dtype=np.int64)[inverse]
@@ -237,19 +239,22 @@ def _add_batch(np: Any, builder: TableBuilder, reader: RowReader, batch: Any, dr
             seen: dict[tuple[Any, ...], int] = {}
             for row in kernels.tolist():
                 grid, block = grids[row], blocks[row]
-                key = (grid and tuple(grid), block and tuple(block), smems[row])
-                code = seen.get(key)
+                launch_key = (grid and tuple(grid), block and tuple(block), smems[row])
+                code = seen.get(launch_key)
                 if code is None:
-                    code = seen[key] = builder._launch_code(grid, block, smems[row])
+                    code = seen[launch_key] = builder._launch_code(grid, block, smems[row])
                 launch[row] = code
         nbytes = _ints(np, batch, "bytes", 0)
-        shaped = np.flatnonzero(~_present(np, batch, "bytes") & _present(np, batch, "output_shape") & _present(np, batch, "dtype"))
+        shaped = np.flatnonzero(
+            ~_present(np, batch, "bytes") & _present(np, batch, "output_shape") & _present(np, batch, "dtype")
+        )
         if len(shaped):
             shapes, dtypes = batch.column("output_shape").to_pylist(), batch.column("dtype").to_pylist()
             for row in shaped.tolist():
                 nbytes[row] = _output_bytes(shapes[row], dtypes[row])
         duration = end - start
-        self_ns = np.where((kind == KIND_BRICK) & _present(np, batch, "self_ns"), _ints(np, batch, "self_ns", 0), duration)
+        own = (kind == KIND_BRICK) & _present(np, batch, "self_ns")  # a brick's recorded self time
+        self_ns = np.where(own, _ints(np, batch, "self_ns", 0), duration)
         flops = np.where(
             _present(np, batch, "flops"), batch.column("flops").to_numpy(zero_copy_only=False).astype(np.float64), 0.0
         )
@@ -259,7 +264,8 @@ def _add_batch(np: Any, builder: TableBuilder, reader: RowReader, batch: Any, dr
             _ints(np, batch, "span_id", 0).view(np.uint64), _ints(np, batch, "parent_span_id", 0).view(np.uint64),
             _ints(np, batch, "elements", 0), nbytes, flops, _ints(np, batch, "tokens", 0),
             launch,
-            _ints(np, batch, "kernel_source_hash", 0).view(np.uint64), _ints(np, batch, "output_checksum", 0).view(np.uint64),
+            _ints(np, batch, "kernel_source_hash", 0).view(np.uint64),
+            _ints(np, batch, "output_checksum", 0).view(np.uint64),
             *(_ints(np, batch, name, 0) for name in _TILES),
         )  # fmt: skip
         builder._store_buffers(tuple(memoryview(np.ascontiguousarray(c)).cast("B") for c in columns))

@@ -183,7 +183,9 @@ class SpanBatch:
             out[name] = pa.array(values, pa.int64() if name == "pid" else pa.string())
 
         spilled: list[dict[str, Any] | None] = [None] * n
-        values_by_key = dict(zip(_KEYS + _SHORT_KEYS, zip(*(tuple(map(a.get, _KEYS + _SHORT_KEYS)) for a in attributes))))
+        values_by_key = dict(
+            zip(_KEYS + _SHORT_KEYS, zip(*(tuple(map(a.get, _KEYS + _SHORT_KEYS)) for a in attributes)))
+        )
         for column, short in zip(ATTRIBUTE_COLUMNS, _SHORTS):
             values = list(values_by_key[column.key])
             if short is not None:
@@ -331,7 +333,11 @@ def _rest(attributes: tuple[Mapping[str, Any], ...], spilled: list[dict[str, Any
 def _events_json(events: Any) -> str:
     return json.dumps(
         [
-            {"name": e.name, "time_ns": e.timestamp, "attributes": {k: _json_value(v) for k, v in (e.attributes or _EMPTY).items()}}
+            {
+                "name": e.name,
+                "time_ns": e.timestamp,
+                "attributes": {k: _json_value(v) for k, v in (e.attributes or _EMPTY).items()},
+            }
             for e in events
         ],
         separators=(",", ":"),
