@@ -61,6 +61,25 @@ class TestParts:
         assert rows == [4, 3]
         assert _names(tmp_path / "out") == [f"brick{i}" for i in range(7)]
 
+    def test_parts_roll_at_part_interval(self, tmp_path):
+        """An export that finds the part 60 s old publishes it, the batch included; a younger
+        part stays open. Time is driven by the test."""
+        now = [0]
+        exporter = ParquetSpanExporter(tmp_path / "out", part_interval_millis=60_000, clock=lambda: now[0])
+        exporter.export(_spans(2))  # opens the part at t=0
+        now[0] = 59_999_000_000
+        exporter.export(_spans(1, first=2))
+        assert exporter.parts == []
+        now[0] = 60_000_000_000
+        exporter.export(_spans(1, first=3))
+        assert len(exporter.parts) == 1 and pq.ParquetFile(exporter.parts[0]).metadata.num_rows == 4
+        exporter.export(_spans(1, first=4))  # a new part, opened at t=60 s
+        now[0] = 119_000_000_000
+        exporter.export(_spans(1, first=5))
+        assert len(exporter.parts) == 1
+        exporter.shutdown()
+        assert _names(tmp_path / "out") == [f"brick{i}" for i in range(6)]
+
     def test_nothing_readable_until_flushed_then_everything(self, tmp_path):
         """The open part is hidden from readers; force_flush publishes it."""
         exporter = ParquetSpanExporter(tmp_path / "out")
@@ -122,6 +141,8 @@ class TestPathTemplate:
     def test_bad_part_rows(self, monkeypatch):
         with pytest.raises(ValueError, match="at least 1"):
             ParquetSpanExporter(part_rows=0)
+        with pytest.raises(ValueError, match="at least 1"):
+            ParquetSpanExporter(part_interval_millis=0)
         monkeypatch.setenv(env.BRICKSCOPE_PARQUET_PART_ROWS, "many")
         with pytest.raises(ValueError, match="BRICKSCOPE_PARQUET_PART_ROWS='many' is not a whole number"):
             ParquetSpanExporter()
