@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Loading inputs into a :class:`~brickscope.analysis._table.Table`.
 
-An input is a trace file (``.pftrace`` or OTLP JSON, told apart by content), a
-directory of such files (per-rank files of one job), or a live
+An input is a trace file (``.pftrace``, OTLP JSON or Parquet, told apart by content),
+a directory of such files (per-rank files of one job; a Parquet dataset's subdirectories
+too), a glob pattern, or a live
 :class:`brickscope.Session`. Spans come from brickscope's one reader of each
 format (:func:`_read`); this module never decodes a format itself.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import glob
+import importlib.util
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
@@ -18,11 +21,12 @@ from typing import Any, Protocol, runtime_checkable
 from brickscope.analysis._backend import get_backend
 from brickscope.analysis._table import Table, TableBuilder
 from brickscope.offline._errors import one_line
+from brickscope.offline._integrity import describe_impossible
 
 #: Called as ``progress(bytes_read, total_bytes)`` over all inputs while loading.
 ProgressCallback = Callable[[int, int], None]
 
-_TRACE_SUFFIXES = (".pftrace", ".json", ".jsonl", ".json.gz", ".jsonl.gz", ".otlp.json")
+_TRACE_SUFFIXES = (".pftrace", ".json", ".jsonl", ".json.gz", ".jsonl.gz", ".otlp.json", ".parquet")
 #: What the flamegraph exporter writes beside a trace (its speedscope profile): JSON, not a trace.
 _NOT_TRACES = (".speedscope.json",)
 
@@ -126,15 +130,14 @@ def _load_files(
         if progress is not None:
             report = (lambda offset: lambda done, _total: progress(offset + done, total))(before)
         rows = builder.rows
+        callback = report if progress_for is None else progress_for(path)
         try:
-            with _read(path, allow_truncated, report if progress_for is None else progress_for(path)) as spans:
-                builder.add_records(spans)
-            if spans.truncation is not None:
-                builder.notes.append(f"{spans.truncation}; analysed the valid prefix ({spans.spans_read:,} spans)")
-            if spans.dropped:
-                for reason, count in spans.dropped.items():
-                    builder.impossible[reason] = builder.impossible.get(reason, 0) + count
-                builder.notes.append(spans.dropped_line())
+            if not _add_parquet(builder, path, callback):
+                with _read(path, allow_truncated, callback) as spans:
+                    builder.add_records(spans)
+                if spans.truncation is not None:
+                    builder.notes.append(f"{spans.truncation}; analysed the valid prefix ({spans.spans_read:,} spans)")
+                _note_impossible(builder, spans.dropped, spans.dropped_line())
         except (ValueError, OSError, EOFError) as exc:
             raise AnalysisError(_one_line(path, exc)) from None
         if builder.rows == rows:
@@ -144,6 +147,34 @@ def _load_files(
     table = builder.build(release=True)
     _require_spans(table, files[0] if len(files) == 1 else f"{len(files)} files")
     return table
+
+
+def _add_parquet(builder: TableBuilder, path: str, progress: ProgressCallback | None) -> bool:
+    """A Parquet span file straight into rows (brickscope.analysis._parquet) when pyarrow is
+    installed and the file allows it; False: read it as spans."""
+    from brickscope.analysis._parquet import add_parquet, is_parquet
+
+    if not is_parquet(path) or importlib.util.find_spec("pyarrow") is None:
+        return False
+    added = add_parquet(builder, path, progress)
+    if added is None:
+        return False
+    rows, dropped = added
+    if dropped:
+        count = sum(dropped.values())
+        line = one_line(f"{path}: {count:,} impossible span{'s' if count > 1 else ''} left out ({describe_impossible(dropped)})")
+        if not rows:
+            raise AnalysisError(one_line(f"{path}: every span is impossible ({describe_impossible(dropped)}): refused"))
+        _note_impossible(builder, dropped, line)
+    return True
+
+
+def _note_impossible(builder: TableBuilder, dropped: dict[str, int], line: str | None) -> None:
+    """Count a file's impossible spans in the table and say so in its notes."""
+    if dropped and line is not None:
+        for reason, count in dropped.items():
+            builder.impossible[reason] = builder.impossible.get(reason, 0) + count
+        builder.notes.append(line)
 
 
 @contextlib.contextmanager
@@ -162,6 +193,9 @@ def _cyclic_gc_paused() -> Iterator[None]:
 
 
 def _expand(path: str) -> list[str]:
+    """The trace files an input names: the file; a directory's trace files, with the
+    ``.parquet`` files of its subdirectories (a Parquet dataset, one directory per run or
+    rank); or the files a glob pattern matches."""
     if os.path.isdir(path):
         names = sorted(
             name
@@ -170,9 +204,21 @@ def _expand(path: str) -> list[str]:
             and not name.endswith(_NOT_TRACES)
             and os.path.isfile(os.path.join(path, name))
         )
-        if not names:
+        nested = sorted(
+            os.path.join(root, name)
+            for root, _dirs, files in os.walk(path)
+            if root != path
+            for name in files
+            if name.endswith(".parquet") and not name.startswith(".")
+        )
+        if not names and not nested:
             raise AnalysisError(f"{path}: directory holds no trace files ({', '.join(_TRACE_SUFFIXES)})")
-        return [os.path.join(path, name) for name in names]
+        return [os.path.join(path, name) for name in names] + nested
+    if not os.path.exists(path) and glob.has_magic(path):
+        matched = sorted(name for name in glob.glob(path, recursive=True) if os.path.isfile(name))
+        if not matched:
+            raise AnalysisError(f"{path}: no file matches this pattern")
+        return matched
     if not os.path.exists(path):
         raise AnalysisError(f"{path}: no such file or directory")
     if not os.path.isfile(path):
