@@ -135,6 +135,7 @@ def _load_files(
                 for reason, count in spans.dropped.items():
                     builder.impossible[reason] = builder.impossible.get(reason, 0) + count
                 builder.notes.append(spans.dropped_line())
+            builder.notes.extend(f"{path}: {note}" for note in spans.notes)
         except (ValueError, OSError, EOFError) as exc:
             raise AnalysisError(_one_line(path, exc)) from None
         if builder.rows == rows:

@@ -16,7 +16,8 @@ hand and each event (and each other top-level value: ``deviceProperties``,
 window of about a MiB. Kineto writes some of those values after the events, so
 ``header`` is complete only when the events are.
 
-A bare array may end without its ``]`` (the format allows it, so that a crashed
+Text that is not UTF-8 is read with U+FFFD in place of each bad byte (torch.profiler
+writes some Python function names as raw bytes). A bare array may end without its ``]`` (the format allows it, so that a crashed
 process's trace stays readable); anything else that ends early is a truncated file.
 
 Numbers written with more than 15 characters (a microsecond timestamp since the Unix
@@ -58,7 +59,9 @@ class _Text:
 
     def __init__(self, source: TraceSource) -> None:
         self._source = source
-        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        # torch.profiler writes some Python function names as raw bytes: those bytes are read
+        # as U+FFFD rather than refusing the whole trace.
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self.buffer = ""
         self.pos = 0
         self.eof = False
@@ -74,10 +77,7 @@ class _Text:
         if self.eof:
             return False
         data = self._source.stream.read(_CHUNK_BYTES)
-        try:
-            text = self._decoder.decode(data, final=not data)
-        except UnicodeDecodeError as exc:
-            raise self._source.error(f"not UTF-8 text ({exc.reason})", offset=self.offset) from None
+        text = self._decoder.decode(data, final=not data)
         self._dropped += self.pos
         self.buffer = self.buffer[self.pos :] + text
         self.pos = 0

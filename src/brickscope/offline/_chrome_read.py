@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import json
 import math
-import random
+import hashlib
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -64,13 +64,15 @@ from brickscope.trace import attributes as A
 from ._chrome_json import trace_events
 from ._formats import SpanRecord
 from ._integrity import END_BEFORE_START, NO_END_TIME, NO_START_TIME, impossible
-from ._kineto import LAUNCH_CATEGORIES, Role, classify, step_number
+from ._kineto import LAUNCH_CATEGORIES, LEFT_OUT, Role, classify, step_number
 from ._source import TraceSource
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _SPAN_ID_RANGE = (1 << 64) - 1
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _FLOW_CATEGORY = "ac2g"
+#: Slices the span and trace ids are drawn from.
+_SEED_SLICES = 1024
 #: Kineto's host categories: the events ``key_averages()`` builds its tree of (and folds).
 _KINETO_HOST = frozenset(("cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver"))
 
@@ -106,6 +108,7 @@ class _Trace:
         self.process_names: dict[Any, str] = {}
         self.thread_names: dict[tuple[Any, Any], str] = {}
         self.ignored: dict[str, int] = {}
+        self.trace_id = 1
 
     def read(self) -> None:
         for index, event in trace_events(self.source, self.header):
@@ -118,7 +121,7 @@ class _Trace:
 
     def _event(self, index: int, event: dict[str, Any]) -> None:
         phase = event.get("ph")
-        track = (event.get("pid", 0), event.get("tid", 0))
+        track = (self._id(index, event, "pid"), self._id(index, event, "tid"))
         if phase == "X":
             start = self._time(index, event, "ts")
             if "dur" not in event:
@@ -144,7 +147,7 @@ class _Trace:
         elif phase == "M":
             self._metadata(event, track)
         elif phase in ("s", "f") and event.get("cat") == _FLOW_CATEGORY:
-            ends = self.flows.setdefault(event.get("id"), [None, None])
+            ends = self.flows.setdefault(self._id(index, event, "id"), [None, None])
             ends[phase == "f"] = (track, self._time(index, event, "ts"))
         else:
             if phase in ("s", "t", "f"):
@@ -153,13 +156,20 @@ class _Trace:
                 key = f"{phase} (scope {event.get('s')})"
             else:
                 key = str(phase)
-            self.ignored[key] = self.ignored.get(key, 0) + 1
+            self._leave_out(key)
+
+    def _leave_out(self, what: str) -> None:
+        """Count an event the reader does not make a span of (a note at the end)."""
+        self.ignored[what] = self.ignored.get(what, 0) + 1
 
     def _slice(self, event: dict[str, Any], start: int, end: int, track: tuple[Any, Any], args: Any) -> None:
         if end < start:
             self.source.drop(END_BEFORE_START)
             return
         name, category = _text(event.get("name", "")), _text(event.get("cat", ""))
+        if category.lower() in LEFT_OUT:
+            self._leave_out(f"X (category {category})")
+            return
         self.slices.append(_Slice(name, category, start, end, track, args))
 
     def _metadata(self, event: dict[str, Any], track: tuple[Any, Any]) -> None:
@@ -171,6 +181,13 @@ class _Trace:
             self.process_names[track[0]] = name
         elif event.get("name") == "thread_name":
             self.thread_names[track] = name
+
+    def _id(self, index: int, event: dict[str, Any], key: str) -> int | str | float:
+        """``event[key]``, a process, thread or flow id: a number or a string (0 when absent)."""
+        value = event.get(key, 0)
+        if type(value) in (int, str, float):
+            return value
+        raise self.source.error(f"traceEvents[{index}].{key}: expected a number or a string, got {_kind(value)}")
 
     def _time(self, index: int, event: dict[str, Any], key: str) -> int:
         """``event[key]`` (microseconds) in nanoseconds."""
@@ -197,7 +214,8 @@ class _Trace:
         self._link(slices, into, owners, base)
         _inherit(slices, into)
         resources = self._resources(slices)
-        ids = random.getrandbits(64)
+        ids = _id_seed(slices, base, 8)
+        self.trace_id = _id_seed(slices, base, 16)
         order = sorted(range(len(slices)), key=lambda i: (slices[i].start, -slices[i].end, i))
         if with_events:
             for i in order:
@@ -243,8 +261,7 @@ class _Trace:
         parents and its launch are set later (:meth:`_link`, :func:`_inherit`)."""
         attributes, role = piece.attributes, piece.role
         duration = piece.end - piece.start
-        if role.kind is not None:
-            attributes[A.SCOPE_KIND] = role.kind
+        attributes[A.SCOPE_KIND] = role.kind
         if role.kind == A.SCOPE_KIND_STEP:
             attributes[A.STEP_NUMBER] = step_number(piece.name)
         elif role.kind == A.SCOPE_KIND_BRICK:
@@ -278,7 +295,7 @@ class _Trace:
         for i, piece in enumerate(slices):
             by_track.setdefault(piece.track, []).append((piece.start, -piece.end, 0, i))
         # Points (instants, flow ends) are owned by the innermost slice around them.
-        points: list[tuple[Any, int]] = [(track, ts) for track, ts, _name, _args in self.instants] if events else []
+        points: list[tuple[Any, int]] = [(track, ts) for track, ts, _name, _args in self.instants]
         instants = len(points)
         for ends in self.flows.values():
             points.extend(end if end is not None else (None, 0) for end in ends)
@@ -311,8 +328,10 @@ class _Trace:
                 f"{partial:,} slices partly overlap another of their thread: each is placed under"
                 " the innermost slice that contains it"
             )
-        for (_track, ts, name, args), owner in zip(self.instants if events else (), owners):
-            if owner >= 0:
+        for (_track, ts, name, args), owner in zip(self.instants, owners):
+            if owner < 0:
+                self._leave_out("i (outside every slice of its thread)")
+            elif events:
                 events[owner].append(Event(name, _attributes(args), base + ts))
         self.instants = []
         return owners[instants:]
@@ -448,6 +467,15 @@ def _inherit(slices: list[_Slice], into: list[int]) -> None:
             piece.attributes[A.BRICK_SELF_DURATION_NS] = max(piece.end - piece.start - nested[i], 0)
 
 
+def _id_seed(slices: list[_Slice], base: int, size: int) -> int:
+    """A number of ``size`` bytes drawn from the file's slices: a file gets the same span and
+    trace ids each time it is read (two copies of one trace are told the same by ``merge``)."""
+    digest = hashlib.blake2b(f"{base}:{len(slices)}".encode(), digest_size=size)
+    for piece in slices[:_SEED_SLICES]:
+        digest.update(f"|{piece.name}:{piece.start}:{piece.end}:{piece.track}".encode())
+    return int.from_bytes(digest.digest(), "big") or 1
+
+
 def _launch_configuration(attributes: dict[str, Any]) -> None:
     """A Kineto kernel's ``grid``, ``block`` and ``shared memory`` args as brickscope's."""
     for arg, key in (("grid", A.KERNEL_GRID), ("block", A.KERNEL_BLOCK)):
@@ -511,8 +539,8 @@ def read_chrome(source: TraceSource) -> Iterator[ReadableSpan]:
     """Yield a span per slice of a Chrome trace JSON file, thread-scoped instants as its events."""
     trace = _Trace(source)
     trace.read()
-    trace_id = random.getrandbits(128) or 1
     for (name, start, end, span_id, parent_id, resource, attributes), events in trace.records(with_events=True):
+        trace_id = trace.trace_id
         yield ReadableSpan(
             name=name,
             context=SpanContext(trace_id, span_id, False, _SAMPLED),

@@ -9,17 +9,18 @@ Example::
 
 The table (docs/analysis.md, "Reading Chrome and Kineto traces"):
 
-- ``cpu_op`` (an ATen operator), ``user_annotation`` (``record_function``), ``cuda_runtime``
-  and ``cuda_driver`` (host API calls): bricks, their category the Kineto category, host
-  clock. These are the events torch.profiler's ``key_averages()`` counts on the host.
+- ``cpu_op`` (an ATen operator), ``user_annotation`` (``record_function``), ``python_function``
+  (``with_stack=True``), ``cuda_runtime`` and ``cuda_driver`` (host API calls): bricks, their
+  category the Kineto category, host clock. These are the events torch.profiler's
+  ``key_averages()`` counts on the host.
 - a ``user_annotation`` named ``ProfilerStep#N`` (the profiler's ``step()``): a step, number N.
 - ``kernel``, ``gpu_memcpy``, ``gpu_memset``: kernels on the ``gpu`` clock (GPU work brickscope
   did not time itself), on their ``args.device`` and ``args.stream``.
 - ``gpu_user_annotation`` (a ``record_function`` range on a GPU stream): a brick on the
   ``gpu`` clock, category ``gpu_user_annotation``, so its GPU time is not mixed with the
   host range of the same name.
-- ``python_function`` (``with_stack=True``) and ``Trace`` (the profiler's own range): plain
-  spans, in the tree but no operation of the report (``key_averages()`` has none of them).
+- ``Trace`` (the profiler's own range, ``PyTorch Profiler (0)``, on a pseudo-process
+  ``Spans``): left out (``key_averages()`` has none; it is no work of the program).
 - any other category, and slices without one (any other producer's Chrome trace): bricks,
   their category the ``cat`` (``other`` when absent).
 """
@@ -33,10 +34,10 @@ from brickscope.trace import attributes as A
 
 
 class Role(NamedTuple):
-    """What a slice becomes: its scope kind (None: a plain span), brick category, and whether
-    it is GPU work (timed on the GPU's clock, placed on a device and stream)."""
+    """What a slice becomes: its scope kind, brick category, and whether it is GPU work
+    (timed on the GPU's clock, placed on a device and stream)."""
 
-    kind: str | None
+    kind: str
     category: str
     gpu: bool
 
@@ -46,7 +47,8 @@ class Role(NamedTuple):
 _GPU_WORK = {"kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "gpu_memset": "gpu_memset",
              "memcpy": "gpu_memcpy", "memset": "gpu_memset"}  # fmt: skip
 _GPU_ANNOTATION = "gpu_user_annotation"
-_PLAIN = frozenset(("python_function", "trace"))
+#: Categories that are no work of the program: not read.
+LEFT_OUT = frozenset(("trace",))
 #: Kineto's host API categories: a GPU slice's launch is one of these.
 LAUNCH_CATEGORIES = frozenset(("cuda_runtime", "cuda_driver"))
 _STEP = re.compile(r"ProfilerStep#(\d+)\Z")
@@ -61,8 +63,6 @@ def classify(category: str, name: str) -> Role:
         return Role(A.SCOPE_KIND_KERNEL, gpu_category, True)
     if folded == _GPU_ANNOTATION:
         return Role(A.SCOPE_KIND_BRICK, _GPU_ANNOTATION, True)
-    if folded in _PLAIN:
-        return Role(None, category, False)
     if folded == "user_annotation" and _STEP.match(name):
         return Role(A.SCOPE_KIND_STEP, "", False)
     return Role(A.SCOPE_KIND_BRICK, category or _OTHER, False)
