@@ -89,7 +89,9 @@ class _Text:
     def peek(self) -> str:
         """The next character that is not whitespace ("" at the end), not consumed."""
         while True:
-            self.pos = _WHITESPACE.match(self.buffer, self.pos).end()
+            blank = _WHITESPACE.match(self.buffer, self.pos)
+            assert blank is not None  # the pattern matches the empty string
+            self.pos = blank.end()
             if self.pos < len(self.buffer) or not self.more():
                 return self.buffer[self.pos : self.pos + 1]
 

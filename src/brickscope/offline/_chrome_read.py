@@ -48,9 +48,9 @@ parsed one event at a time (``_chrome_json``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-import hashlib
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -62,11 +62,12 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from brickscope.trace import attributes as A
 
 from ._chrome_json import trace_events
-from ._formats import SpanRecord
 from ._integrity import END_BEFORE_START, NO_END_TIME, NO_START_TIME, impossible
 from ._kineto import LAUNCH_CATEGORIES, LEFT_OUT, Role, classify, step_number
 from ._source import TraceSource
 
+#: brickscope.offline.SpanRecord (not imported: _formats imports this module).
+_Record = tuple[str, int, int, int, int, Resource, dict[str, Any]]
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _SPAN_ID_RANGE = (1 << 64) - 1
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -185,25 +186,26 @@ class _Trace:
     def _id(self, index: int, event: dict[str, Any], key: str) -> int | str | float:
         """``event[key]``, a process, thread or flow id: a number or a string (0 when absent)."""
         value = event.get(key, 0)
-        if type(value) in (int, str, float):
+        if isinstance(value, (int, str, float)) and not isinstance(value, bool):
             return value
         raise self.source.error(f"traceEvents[{index}].{key}: expected a number or a string, got {_kind(value)}")
 
     def _time(self, index: int, event: dict[str, Any], key: str) -> int:
         """``event[key]`` (microseconds) in nanoseconds."""
         value = event.get(key)
-        kind = type(value)
-        if kind is int:
+        if isinstance(value, bool):
+            pass
+        elif isinstance(value, int):
             return value * 1000
-        if kind is float and math.isfinite(value):
+        elif isinstance(value, float) and math.isfinite(value):
             return round(value * 1000)
-        if kind is Decimal and value.is_finite():
+        elif isinstance(value, Decimal) and value.is_finite():
             return int((value * 1000).to_integral_value())
         raise self.source.error(f"traceEvents[{index}].{key}: expected a number of microseconds, got {_kind(value)}")
 
     # --- spans -------------------------------------------------------------------------
 
-    def records(self, *, with_events: bool) -> Iterator[tuple[SpanRecord, list[Event]]]:
+    def records(self, *, with_events: bool) -> Iterator[tuple[_Record, list[Event]]]:
         """Each kept slice as a SpanRecord (and its span events, when asked), in start order."""
         base = self._time_origin()
         slices = [s for s in self.slices if self._possible(s, base)]
@@ -527,7 +529,7 @@ def _kind(value: Any) -> str:
     )
 
 
-def read_chrome_records(source: TraceSource) -> Iterator[SpanRecord]:
+def read_chrome_records(source: TraceSource) -> Iterator[_Record]:
     """Yield a SpanRecord per slice of a Chrome trace JSON file (the ``chrome-json`` format)."""
     trace = _Trace(source)
     trace.read()
