@@ -32,7 +32,8 @@ def register_convert(subparsers: Any) -> None:
         help="convert a trace to a Perfetto trace or Chrome trace JSON",
         description=(
             "Convert a trace brickscope reads (OTLP JSON from the OpenTelemetry Collector's file exporter "
-            "or opentelemetry-exporter-otlp-json-file, JSON Lines or one document, gzip accepted; a .pftrace) "
+            "or opentelemetry-exporter-otlp-json-file, JSON Lines or one document, gzip accepted; a .pftrace; "
+            "Chrome trace JSON, torch.profiler's included) "
             "into a Perfetto .pftrace or Chrome trace JSON, to open in https://ui.perfetto.dev or "
             "chrome://tracing. The output's format is --to, or else its extension: .pftrace or .json."
         ),
