@@ -230,6 +230,23 @@ class TestKineto:
         assert device.busy_ns == 50_000
         assert [s.step for s in report.throughput.steps] == [5]
 
+    def test_a_gpu_annotation_is_a_gpu_brick_apart_from_the_host_range(self, tmp_path):
+        """A gpu_user_annotation around the kernel is a brick on the gpu clock, category
+        gpu_user_annotation; the kernel stays under the operation that launched it."""
+        document = json.loads(json.dumps(KINETO))
+        document["traceEvents"].append(
+            {"ph": "X", "cat": "gpu_user_annotation", "name": "block", "pid": 0, "tid": 7, "ts": 125, "dur": 40,
+             "args": {"device": 0, "stream": 7}}
+        )  # fmt: skip
+        spans, _ = _read(_write(tmp_path, document))
+        named = _by_name(spans)
+        block = named["block"]
+        assert {k: block.attributes[k] for k in (A.SCOPE_KIND, A.BRICK_CATEGORY, A.CLOCK, A.GPU_STREAM_ID)} == {
+            A.SCOPE_KIND: "brick", A.BRICK_CATEGORY: "gpu_user_annotation", A.CLOCK: "gpu", A.GPU_STREAM_ID: 7,
+        }  # fmt: skip
+        assert block.attributes[A.BRICK_SELF_DURATION_NS] == 40_000  # kernels are no bricks
+        assert _parent_name(named["gemm_kernel"], spans) == "aten::mm"
+
     def test_same_named_only_child_is_folded_into_its_parent(self, tmp_path):
         """aten::sum holding only aten::sum holding aten::fill_: one aten::sum, as key_averages() counts,
         with fill_ its child and self time 10 - 1 µs; a non-Kineto slice of the same shape is kept."""

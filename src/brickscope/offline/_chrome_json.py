@@ -103,14 +103,15 @@ class _Text:
             try:
                 value, end = _DECODER.raw_decode(self.buffer, self.pos)
             except json.JSONDecodeError as exc:
-                # A value the window cuts fails at the window's end (a string: at its start,
-                # unterminated); any other failure is malformed text whatever follows.
-                cut = exc.pos >= len(self.buffer) - _CUT_CHARS or exc.msg.startswith("Unterminated string")
-                if not cut:
-                    raise self._source.error(f"not valid JSON: {exc.msg}", offset=self._dropped + exc.pos) from None
-                if self.more():
+                # A value cut by the window fails near the window's end (a string: at its start,
+                # unterminated): read on and try again. At the end of the text, only a failure
+                # at its very end (or in a string left open) is a file cut short.
+                unterminated = exc.msg.startswith("Unterminated string")
+                if not self.eof and (unterminated or exc.pos >= len(self.buffer) - _CUT_CHARS) and self.more():
                     continue
-                return None, False
+                if self.eof and (unterminated or exc.pos >= len(self.buffer.rstrip())):
+                    return None, False
+                raise self._source.error(f"not valid JSON: {exc.msg}", offset=self._dropped + exc.pos) from None
             if end == len(self.buffer) and self.more():
                 continue  # a number may go on in the next chunk
             self.pos = end

@@ -107,7 +107,7 @@ OTLP_JSON = _OtlpJson()
 _CHROME_KEYS = (
     b'"traceEvents"', b'"displayTimeUnit"', b'"otherData"', b'"systemTraceEvents"', b'"stackFrames"',
     b'"samples"', b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"', b'"baseTimeNanoseconds"',
-    b'"traceName"',
+    b'"traceName"', b'"metadata"',
 )  # fmt: skip
 #: Keys of a trace event (the first key of a bare array's first element).
 _EVENT_KEYS = (b'"ph"', b'"name"', b'"ts"', b'"pid"', b'"tid"', b'"cat"', b'"dur"', b'"args"', b'"id"', b'"s"')
