@@ -77,16 +77,21 @@ class TestKeyAverages:
 
     def test_self_time_per_operation_equals_key_averages(self, kineto):
         """Self time per operation is key_averages()'s self CPU time (it counts in µs with ns
-        decimals: within 1 ns an instance), but never below 0: with_stack, key_averages() gives
-        some Python frames a negative self time (their children's time exceeds theirs)."""
+        decimals: within 1 ns an instance). With with_stack, key_averages() gives a few outer Python
+        frames a negative self time, which no self time can be: those are not compared, and
+        brickscope's (clamped at 0, docs/analysis.md) is not negative."""
         path, counts, self_us = kineto
         report = analysis.analyse(analysis.load(path))
         mine = collections.Counter()
         for operation in report.operations:
             mine[operation.name] += operation.self_ns
+        compared = 0
         for name, count in counts.items():
-            if name != "ProfilerStep*":
-                assert mine[name] == pytest.approx(max(self_us[name] * 1000, 0), abs=count), name
+            if name != "ProfilerStep*" and self_us[name] >= 0:
+                assert mine[name] == pytest.approx(self_us[name] * 1000, abs=count), name
+                compared += 1
+            assert mine[name] >= 0
+        assert compared >= len(counts) - 5
 
     def test_spans_are_bricks_of_the_profiled_thread_inside_their_step(self, kineto):
         """Each operation is a host-clock brick of its Kineto category, inside a step."""
