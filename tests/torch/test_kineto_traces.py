@@ -131,3 +131,27 @@ class TestCommands:
         assert cli.main(["merge", first, second, "-o", merged, "-q"]) == 0
         both = analysis.analyse(analysis.load(merged))
         assert {o.name: o.count for o in both.operations}["forward"] == 6
+
+
+class TestDistributed:
+    def test_distributed_info_gives_the_rank_and_collectives_are_communication(self, tmp_path):
+        """A gloo job of one rank: the profiler writes distributedInfo (rank 0, world size 1),
+        which every span's resource carries; its all_reduce is communication in the report."""
+        dist = torch.distributed
+        if not dist.is_available():
+            pytest.skip("this torch build has no torch.distributed")
+        dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+        try:
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                tensor = torch.ones(4)
+                dist.all_reduce(tensor)
+            path = str(tmp_path / "rank0.json")
+            prof.export_chrome_trace(path)
+        finally:
+            dist.destroy_process_group()
+        with open_spans(path) as spans:
+            resources = {(s.resource.attributes[A.RANK], s.resource.attributes[A.WORLD_SIZE]) for s in spans}
+        assert resources == {(0, 1)}
+        report = analysis.analyse(analysis.load(path))
+        assert report.ranks[0].name == "0"
+        assert "c10d::allreduce_" in {o.name for o in report.communication.operations}
