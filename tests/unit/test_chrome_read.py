@@ -384,6 +384,12 @@ class TestBadInput:
         assert stream.truncation is not None
         assert "gemm_kernel" in {s.name for s in spans}
 
+    def test_a_time_before_the_epoch_is_refused(self, tmp_path):
+        """A negative ts with nothing to add to it is on no timeline: one line naming the file."""
+        path = _write(tmp_path, [{"ph": "X", "name": "early", "pid": 1, "tid": 1, "ts": -5, "dur": 2}])
+        with pytest.raises(TraceFileError, match=r"slice 'early' starts at ts -5 µs, before the Unix epoch"):
+            _read(path)
+
     def test_data_after_the_document_is_refused(self, tmp_path):
         path = _write(tmp_path, '{"traceEvents": []} {"traceEvents": []}')
         with pytest.raises(TraceFileError, match="data after the end of the JSON document"):

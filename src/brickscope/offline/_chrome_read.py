@@ -69,7 +69,7 @@ from ._source import TraceSource
 #: brickscope.offline.SpanRecord (not imported: _formats imports this module).
 _Record = tuple[str, int, int, int, int, Resource, dict[str, Any]]
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-_SPAN_ID_RANGE = (1 << 64) - 1
+_UINT64_MAX = _SPAN_ID_RANGE = (1 << 64) - 1
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _FLOW_CATEGORY = "ac2g"
 #: Slices the span and trace ids are drawn from.
@@ -156,7 +156,7 @@ class _Trace:
             elif phase in ("i", "I"):
                 key = f"{phase} (scope {event.get('s')})"
             else:
-                key = str(phase)
+                key = "(no ph)" if phase is None else str(phase)
             self._leave_out(key)
 
     def _leave_out(self, what: str) -> None:
@@ -250,6 +250,13 @@ class _Trace:
         return base
 
     def _possible(self, piece: _Slice, base: int) -> bool:
+        if base + piece.start < 0:  # no timeline holds it (span times are unsigned)
+            raise self.source.error(
+                f"slice {piece.name!r} starts at ts {piece.start / 1000:g} µs, before the Unix epoch"
+                + ("" if base else " (and there is no baseTimeNanoseconds to add)")
+            )
+        if base + piece.end > _UINT64_MAX:
+            raise self.source.error(f"slice {piece.name!r} ends after 2**64 ns since the Unix epoch")
         if not piece.native:
             self._describe(piece, base)
         reason = impossible(base + piece.start, base + piece.end, piece.attributes)
