@@ -300,6 +300,23 @@ class TestRoundTrip:
                 assert after[name].attributes.get(attribute) == span.attributes.get(attribute), (name, attribute)
         assert _parent_name(after["cudaLaunchKernel"], again) == "aten::mm"
 
+    def test_brickscope_overhead_spans_are_kept(self, tmp_path):
+        """brickscope's own overhead span is written with cat "overhead" (its kind): it reads back,
+        unlike a Kineto overhead slice (the profiler's own work)."""
+        from brickscope.testing import make_span
+
+        step = make_span(1, "step", BASE, BASE + 10_000, attributes={A.SCOPE_KIND: "step", A.THREAD_ID: 1})
+        resolve = make_span(2, A.OVERHEAD_SPAN_NAME, BASE + 9_000, BASE + 9_500, 1,
+                            attributes={A.SCOPE_KIND: A.SCOPE_KIND_OVERHEAD, A.THREAD_ID: 1})  # fmt: skip
+        out = io.BytesIO()
+        write_chrome_trace([step, resolve], out)
+        document = json.loads(out.getvalue())
+        document["traceEvents"].append({"ph": "X", "cat": "overhead", "name": "Activity Buffer Request",
+                                        "pid": 1, "tid": 1, "ts": 1, "dur": 1})  # fmt: skip
+        again, stream = _read(_write(tmp_path, document))
+        assert sorted(s.name for s in again) == [A.OVERHEAD_SPAN_NAME, "step"]
+        assert stream.notes == ["1 events left out by phase: 1 X (category overhead)"]
+
 
 class TestFormat:
     @pytest.mark.parametrize(

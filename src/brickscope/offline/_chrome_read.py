@@ -168,7 +168,8 @@ class _Trace:
             self.source.drop(END_BEFORE_START)
             return
         name, category = _text(event.get("name", "")), _text(event.get("cat", ""))
-        if category.lower() in LEFT_OUT:
+        brickscope_span = isinstance(args, dict) and A.SCOPE_KIND in args  # its cat is its kind
+        if category.lower() in LEFT_OUT and not brickscope_span:
             self._leave_out(f"X (category {category})")
             return
         self.slices.append(_Slice(name, category, start, end, track, args))

@@ -20,7 +20,8 @@ The table (docs/analysis.md, "Reading Chrome and Kineto traces"):
   ``gpu`` clock, category ``gpu_user_annotation``, so its GPU time is not mixed with the
   host range of the same name.
 - ``Trace`` (the profiler's own range, ``PyTorch Profiler (0)``, on a pseudo-process
-  ``Spans``): left out (``key_averages()`` has none; it is no work of the program).
+  ``Spans``) and ``overhead`` (CUPTI's buffer requests): the profiler's own, left out;
+  ``cuda_sync`` (a stream's wait on an event, on the GPU's track): no work, left out.
 - any other category, and slices without one (any other producer's Chrome trace): bricks,
   their category the ``cat`` (``other`` when absent).
 """
@@ -48,7 +49,7 @@ _GPU_WORK = {"kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "gpu_memset": "gpu_
              "memcpy": "gpu_memcpy", "memset": "gpu_memset"}  # fmt: skip
 _GPU_ANNOTATION = "gpu_user_annotation"
 #: Categories that are no work of the program: not read.
-LEFT_OUT = frozenset(("trace",))
+LEFT_OUT = frozenset(("trace", "overhead", "cuda_sync"))
 #: Kineto's host API categories: a GPU slice's launch is one of these.
 LAUNCH_CATEGORIES = frozenset(("cuda_runtime", "cuda_driver"))
 _STEP = re.compile(r"ProfilerStep#(\d+)\Z")
