@@ -51,6 +51,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -72,6 +73,8 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _UINT64_MAX = _SPAN_ID_RANGE = (1 << 64) - 1
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _FLOW_CATEGORY = "ac2g"
+#: The text of nested lists of integers and plain decimals, the same from str() and json.dumps().
+_NUMBER_LISTS = re.compile(r"[\[\]0-9, .-]*")
 #: Slices the span and trace ids are drawn from.
 _SEED_SLICES = 1024
 #: Kineto's host categories: the events ``key_averages()`` builds its tree of (and folds).
@@ -521,7 +524,12 @@ def _value(value: Any) -> Any:
         if first in (str, bool, int, float) and all(type(item) is first for item in value):
             if first is not int or all(_INT64_MIN <= item <= _INT64_MAX for item in value):
                 return tuple(value)
-    return json.dumps(value, default=str, ensure_ascii=False)
+    if kind is list:
+        # Lists of numbers (Kineto's Input Dims and Strides): Python writes them as JSON does.
+        text = str(value)
+        if _NUMBER_LISTS.fullmatch(text):
+            return text
+    return json.dumps(value, default=float, ensure_ascii=False)  # default: a long number (Decimal)
 
 
 def _text(value: Any) -> str:
