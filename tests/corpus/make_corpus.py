@@ -21,6 +21,8 @@ expectations do not):
   of every packet; 24 single-byte flips spread over it; a packet with nesting deeper than
   protobuf decodes;
 - the same spans as OTLP JSON Lines, cut inside every line; gzip cut short and corrupted;
+- a torch.profiler-style Chrome trace JSON, cut inside its events, with a timestamp that is no
+  number, and with nothing but a slice never ended;
 - empty, blank, text, PNG, random bytes, JSON that is not OTLP, OTLP with no spans, an
   array of numbers, zstd, deep JSON nesting, and a gzip bomb (64 MiB of newlines in 64 KiB).
 """
@@ -34,6 +36,7 @@ import os
 import random
 import shutil
 import sys
+from typing import Any
 
 from opentelemetry.sdk.trace import Event
 
@@ -105,6 +108,24 @@ def _otlp_line(spans: list) -> str:
     return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": out}]}]}) + "\n"
 
 
+def _chrome_files(add: Any) -> None:
+    """Chrome trace JSON as torch.profiler writes it (merge converts it, so it reads it too)."""
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "python"}},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 7, "tid": 7, "ts": 10.5, "dur": 90},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7, "ts": 20.25, "dur": 30,
+         "args": {"External id": 1, "Input Dims": [[4, 8], [8, 2]]}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 7, "tid": 7, "ts": 60, "dur": 10.125},
+    ]  # fmt: skip
+    document = {"schemaVersion": 1, "traceEvents": events, "baseTimeNanoseconds": 1_700_000_000_000_000_000}
+    text = json.dumps(document, indent=1).encode()
+    add("chrome-complete.json", text, "ok", "ok")
+    add("chrome-cut-inside-events.json", text[: text.index(b'"aten::add"')], "error")
+    add("chrome-ts-not-a-number.json", text.replace(b'"ts": 60', b'"ts": "60"'), "error")
+    never_ended = [{"ph": "B", "name": "open", "pid": 7, "tid": 7, "ts": 1}]
+    add("chrome-only-impossible.json", json.dumps(never_ended).encode(), "error")
+
+
 def main() -> int:
     shutil.rmtree(FILES, ignore_errors=True)
     os.makedirs(FILES)
@@ -155,7 +176,7 @@ def main() -> int:
     # --- OTLP JSON, cut -------------------------------------------------------------
     lines = [_otlp_line(batch) for batch in _batches()]
     text = "".join(lines).encode()
-    add("otlp-complete.jsonl", text, "ok")
+    add("otlp-complete.jsonl", text, "ok", "ok")  # merge converts it first
     offset = 0
     for index, line in enumerate(lines):
         add(f"otlp-cut-inside-line-{index}.jsonl", text[: offset + len(line) // 2], "error")
@@ -165,6 +186,8 @@ def main() -> int:
     corrupt = bytearray(packed)
     corrupt[len(corrupt) // 2] ^= 0xFF
     add("otlp-gzip-corrupt.jsonl.gz", bytes(corrupt), "error")
+
+    _chrome_files(add)
 
     # --- not a trace at all ---------------------------------------------------------
     add("empty.bin", b"", "error")

@@ -147,3 +147,39 @@ class TestProcessesStayApart:
         assert processes[0].pid == 11 and "process.pid=11" not in processes[0].process_labels
         assert processes[1].pid >= 1 << 22 and "process.pid=11" in processes[1].process_labels
         assert threads == [11, processes[1].pid]
+
+
+class TestOtherFormats:
+    CHROME = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7, "ts": 1, "dur": 2},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 7, "tid": 7, "ts": 4, "dur": 1},
+    ]
+
+    def test_a_chrome_trace_is_converted_and_merged_with_a_pftrace(self, tmp_path, capsys):
+        """A Chrome trace JSON input is read as spans and merged beside a .pftrace: 3 gemm + 2 ops."""
+        from brickscope import analysis
+
+        run = _write(tmp_path / "run.pftrace", _spans(Resource({"service.name": "train"})))
+        chrome = tmp_path / "torch.json"
+        chrome.write_text(json.dumps(self.CHROME))
+        status, _ = _merge(capsys, run, chrome, "-o", tmp_path / "all.pftrace")
+        assert status == 0
+        counts = {o.name: o.count for o in analysis.analyse(analysis.load(str(tmp_path / "all.pftrace"))).operations}
+        assert counts == {"gemm": 3, "aten::mm": 1, "aten::add": 1}
+
+    def test_a_bad_chrome_trace_is_one_line_naming_it_and_nothing_is_written(self, tmp_path, capsys):
+        run = _write(tmp_path / "run.pftrace", _spans(Resource({"service.name": "train"})))
+        chrome = tmp_path / "torch.json"
+        chrome.write_text('{"traceEvents": [{"ph": "X", "ts": 1,, }]}')
+        status, err = _merge(capsys, run, chrome, "-o", tmp_path / "all.pftrace")
+        assert status == 1
+        assert len(err) == 1 and err[0].startswith(f"brickscope merge: {chrome}") and "not valid JSON" in err[0]
+        assert not (tmp_path / "all.pftrace").exists()
+
+    def test_two_copies_of_one_chrome_trace_are_refused(self, tmp_path, capsys):
+        """Span ids are drawn from the file, so a copy holds the same spans."""
+        first, second = tmp_path / "a.json", tmp_path / "b.json"
+        first.write_text(json.dumps(self.CHROME))
+        second.write_text(json.dumps(self.CHROME))
+        status, err = _merge(capsys, first, second, "-o", tmp_path / "all.pftrace")
+        assert status == 1 and "holds the same spans as" in err[0]

@@ -138,6 +138,7 @@ def _load_files(
                 if spans.truncation is not None:
                     builder.notes.append(f"{spans.truncation}; analysed the valid prefix ({spans.spans_read:,} spans)")
                 _note_impossible(builder, spans.dropped, spans.dropped_line())
+                builder.notes.extend(f"{path}: {note}" for note in spans.notes)
         except (ValueError, OSError, EOFError) as exc:
             raise AnalysisError(_one_line(path, exc)) from None
         if builder.rows == rows:

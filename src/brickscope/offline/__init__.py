@@ -16,8 +16,9 @@ Every offline tool (``brickscope convert``, ``flamegraph``, the analysis
 commands) reads through :func:`open_spans`, feeds exporters through
 :func:`replay`, and writes its outputs through :class:`AtomicOutput`
 (:func:`write_chrome_trace` writes spans as Chrome trace JSON); a format
-beyond OTLP JSON is added by registering a :class:`TraceFormat` under the
-``brickscope.readers`` entry-point group. The Parquet span format is written by
+beyond OTLP JSON and Chrome trace JSON (torch.profiler's traces included) is
+added by registering a :class:`TraceFormat` under the ``brickscope.readers``
+entry-point group. The Parquet span format is written by
 :class:`ParquetSpanWriter` and read like every other format (:func:`parquet_files` lists
 a dataset's files; :func:`parquet_schema` is its Arrow schema). Every command's ``--step`` is read by
 :func:`step_argument` (``N``, ``A:B``, ``A:``, ``:B``). Every reader leaves out spans that

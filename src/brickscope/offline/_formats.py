@@ -6,7 +6,7 @@ Example (an exporter distribution's ``pyproject.toml``)::
     [project.entry-points."brickscope.readers"]
     pftrace = "brickscope.exporter.perfetto._reader:PFTRACE"
 
-The core reads OTLP JSON itself. Other formats come from installed
+The core reads OTLP JSON and Chrome trace JSON (torch.profiler's traces) itself. Other formats come from installed
 distributions through the ``brickscope.readers`` entry-point group: each entry
 point names a :class:`TraceFormat` instance, so the core never imports an
 exporter.
@@ -103,11 +103,53 @@ class _OtlpJson(TraceFormat):
 
 OTLP_JSON = _OtlpJson()
 
+#: Top-level keys of a Chrome trace object (the Trace Event Format's, Kineto's, brickscope's writer's).
+_CHROME_KEYS = (
+    b'"traceEvents"', b'"displayTimeUnit"', b'"otherData"', b'"systemTraceEvents"', b'"stackFrames"',
+    b'"samples"', b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"', b'"baseTimeNanoseconds"',
+    b'"traceName"', b'"metadata"',
+)  # fmt: skip
+#: Keys of a trace event (the first key of a bare array's first element).
+_EVENT_KEYS = (b'"ph"', b'"name"', b'"ts"', b'"pid"', b'"tid"', b'"cat"', b'"dur"', b'"args"', b'"id"', b'"s"')
+
+
+class _ChromeJson(TraceFormat):
+    """Chrome trace JSON, torch.profiler's (Kineto's) included. Told from OTLP JSON by its first
+    key: an object opening with a Chrome trace key (or naming ``traceEvents`` in its first bytes),
+    or an array whose first element opens with an event key."""
+
+    name = "chrome-json"
+
+    def matches(self, head: bytes) -> bool:
+        if head.startswith(_UTF8_BOM):
+            head = head[len(_UTF8_BOM) :]
+        head = head.lstrip(b" \t\r\n")
+        if head[:1] == b"{":
+            return head[1:].lstrip().startswith(_CHROME_KEYS) or b'"traceEvents"' in head
+        if head[:1] == b"[":
+            element = head[1:].lstrip()
+            return element[:1] == b"{" and element[1:].lstrip().startswith(_EVENT_KEYS)
+        return False
+
+    def read(self, source: TraceSource) -> Iterator[ReadableSpan]:
+        from ._chrome_read import read_chrome
+
+        return read_chrome(source)
+
+    def read_records(self, source: TraceSource) -> Iterator[SpanRecord]:
+        from ._chrome_read import read_chrome_records
+
+        return read_chrome_records(source)
+
+
+CHROME_JSON = _ChromeJson()
+
 
 @lru_cache(maxsize=1)
 def installed_formats() -> tuple[TraceFormat, ...]:
-    """OTLP JSON, then every format registered under :data:`READERS_GROUP`, by name."""
-    found: list[TraceFormat] = [OTLP_JSON]
+    """Chrome trace JSON, OTLP JSON (which takes any other JSON), then every format registered
+    under :data:`READERS_GROUP`, by name."""
+    found: list[TraceFormat] = [CHROME_JSON, OTLP_JSON]
     for entry_point in sorted(entry_points(group=READERS_GROUP), key=lambda ep: ep.name):
         try:
             found.append(entry_point.load())
@@ -128,8 +170,8 @@ def sniff(source: TraceSource) -> TraceFormat:
     for candidate in installed_formats():
         if candidate.matches(head):
             return candidate
-    expected = "OTLP JSON (JSON Lines or one document, gzip accepted)"
-    names = [f.name for f in installed_formats() if f is not OTLP_JSON]
+    expected = "OTLP JSON (JSON Lines or one document, gzip accepted), Chrome trace JSON"
+    names = [f.name for f in installed_formats() if f not in (OTLP_JSON, CHROME_JSON)]
     if names:
         expected += " or " + ", ".join(names)
     hint = ""

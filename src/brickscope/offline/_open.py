@@ -30,6 +30,8 @@ class SpanStream(Iterator["ReadableSpan"]):
             ``line`` says where the valid prefix ends); None otherwise.
         dropped: impossible spans left out so far, by reason (see
             :func:`~brickscope.offline.impossible`).
+        notes: what else the reader said about the file (events it does not read, slices
+            it rearranged), one line each, without the file's name; complete at the end.
     """
 
     def __init__(self, source: TraceSource, format_name: str, spans: Iterator[ReadableSpan]) -> None:
@@ -40,6 +42,7 @@ class SpanStream(Iterator["ReadableSpan"]):
         self.spans_read = 0
         self.truncation: TraceFileError | None = None
         self.dropped = source.dropped
+        self.notes = source.notes
 
     @property
     def bytes_read(self) -> int:
@@ -103,7 +106,8 @@ def open_spans(
 
     The format is told from the file's first bytes, once: OTLP JSON (JSON Lines
     as the Collector's file exporter writes, or one JSON document; gzip
-    accepted) in the core, and every format an installed distribution registers
+    accepted) and Chrome trace JSON (torch.profiler's included) in the core,
+    and every format an installed distribution registers
     under the ``brickscope.readers`` entry-point group (the Perfetto exporter
     registers ``.pftrace``).
 

@@ -49,6 +49,8 @@ class TraceSource:
         allow_truncated: whether a file cut short is read up to the cut.
         truncation: the cut, once a reader (or the decompressor) found one.
         dropped: impossible spans the reader left out, by reason (``brickscope.offline.IMPOSSIBLE_REASONS``).
+        notes: what else the reader wants said about the file (what it left out or
+            rearranged), one line each, without the file's name.
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class TraceSource:
         self.allow_truncated = allow_truncated
         self.truncation: TraceFileError | None = None
         self.dropped: dict[str, int] = {}
+        self.notes: list[str] = []
         self._progress = progress
         self._reported = -1
         self._file = open(path, "rb")  # closed by close()
@@ -101,6 +104,10 @@ class TraceSource:
     def drop(self, reason: str) -> None:
         """Count a span the reader leaves out as impossible (see ``brickscope.offline.impossible``)."""
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+    def note(self, text: str) -> None:
+        """Say something about how the file was read (see :attr:`notes`)."""
+        self.notes.append(one_line(text))
 
     def dropped_line(self) -> str | None:
         """One line naming the file and the impossible spans left out so far, or None."""

@@ -92,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
     exporter.shutdown()  # nothing left to write: only closes
     if spans.dropped:
         print(spans.dropped_line(), file=sys.stderr)
+    for note in spans.notes:
+        print(f"{args.input}: {note}", file=sys.stderr)
     if spans.truncation is not None:
         print(f"{spans.truncation}; folded the valid prefix ({spans.spans_read:,} spans)", file=sys.stderr)
     written = output + (f" and {args.speedscope}" if args.speedscope else "")

@@ -33,7 +33,8 @@ def register_convert(subparsers: Any) -> None:
         help="convert a trace to a Perfetto trace, Chrome trace JSON or Parquet",
         description=(
             "Convert a trace brickscope reads (OTLP JSON from the OpenTelemetry Collector's file exporter "
-            "or opentelemetry-exporter-otlp-json-file, JSON Lines or one document, gzip accepted; a .pftrace) "
+            "or opentelemetry-exporter-otlp-json-file, JSON Lines or one document, gzip accepted; a .pftrace; "
+            "Chrome trace JSON, torch.profiler's included) "
             "into a Perfetto .pftrace or Chrome trace JSON, to open in https://ui.perfetto.dev or "
             "chrome://tracing, or into the Parquet span format, to query with DuckDB or Spark. "
             "The output's format is --to, or else its extension: .pftrace, .json or .parquet."
@@ -62,10 +63,11 @@ def register_merge(subparsers: Any) -> None:
         help="merge per-process Perfetto traces into one timeline",
         description=(
             "Merge Perfetto traces (one per rank or process) into one trace, renaming packet "
-            "sequences and track uuids that collide. Timestamps stay on the wall clock."
+            "sequences and track uuids that collide. Timestamps stay on the wall clock. An input in "
+            "another format brickscope reads (OTLP JSON, Chrome trace JSON) is converted first."
         ),
     )
-    parser.add_argument("inputs", nargs="+", help=".pftrace files")
+    parser.add_argument("inputs", nargs="+", help=".pftrace files (or any trace brickscope reads)")
     parser.add_argument("-o", "--output", required=True, help="the merged .pftrace to write")
     parser.add_argument("-f", "--force", action="store_true", help="overwrite the output if it exists")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
@@ -171,6 +173,8 @@ def _report_truncation(spans: Any) -> None:
     """The stderr lines about what reading left out: impossible spans, a truncated tail."""
     if spans.dropped:
         print(spans.dropped_line(), file=sys.stderr)
+    for note in spans.notes:
+        print(f"{spans.path}: {note}", file=sys.stderr)
     if spans.truncation is not None:
         print(
             f"{spans.truncation}; read the valid prefix ({spans.spans_read:,} spans, --allow-truncated)",

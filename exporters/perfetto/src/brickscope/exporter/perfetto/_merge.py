@@ -15,6 +15,10 @@ given a synthetic one above the Linux range in the input's track descriptors, an
 its process track keeps the real one as the label ``process.pid=11``: the two
 processes stay two in Perfetto and in ``brickscope report``.
 
+An input in another format brickscope reads (OTLP JSON, Chrome trace JSON such as
+torch.profiler's) is converted to a temporary ``.pftrace`` first (the reader's and the
+exporter's rules) and merged from there; errors still name the input.
+
 The same input twice would count every span twice, so it is refused: a file given
 twice (:class:`UsageError`), an input whose first :data:`FINGERPRINT_SPANS` spans
 (span id, name, start and end) hold a span of another input's first spans, or one
@@ -35,13 +39,14 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from brickscope.offline import AtomicOutput, TraceFileError, TraceSource, UsageError
+from brickscope.offline import AtomicOutput, TraceFileError, TraceSource, UsageError, open_spans, replay
 
 from ._reader import _SYNTHETIC_ID_BASE, PFTRACE, PacketError, iter_packets
 from ._schema import pb
@@ -113,7 +118,8 @@ def merge_traces(
     is left at ``output``.
 
     Args:
-        inputs: Perfetto protobuf traces (ours or any other producer's; gzip accepted).
+        inputs: Perfetto protobuf traces (ours or any other producer's; gzip accepted), or
+            traces in another format brickscope reads (converted first).
         output: the merged trace; an existing file is an error unless ``overwrite``.
         allow_truncated: copy the packets before the cut of a truncated input
             (listed in ``MergeResult.truncations``) instead of failing.
@@ -134,13 +140,30 @@ def merge_traces(
         raise ValueError("merge needs at least one input trace")
     paths = [os.fspath(path) for path in inputs]
     _refuse_same_file(paths)
-    _refuse_same_spans(paths)
+    with tempfile.TemporaryDirectory(prefix="brickscope-merge-") as scratch:
+        readable, truncations = _as_pftrace(paths, allow_truncated, scratch)
+        result = _merge(paths, readable, output, overwrite, allow_truncated, progress, force_flag)
+    result.truncations[:0] = truncations
+    return result
+
+
+def _merge(
+    paths: list[str],
+    readable: dict[str, str],
+    output: str | os.PathLike[str],
+    overwrite: bool,
+    allow_truncated: bool,
+    progress: Callable[[str, int, int], None] | None,
+    force_flag: str,
+) -> MergeResult:
+    """merge_traces once every input is a .pftrace (``readable[path]``: the file to read)."""
+    _refuse_same_spans(paths, readable)
     rng = random.SystemRandom()
     sequences, uuids, pids = _Ids(), _Ids(), _Ids()
     contents: dict[bytes, str] = {}
     counts: list[int] = []
     truncations: list[TraceFileError] = []
-    with AtomicOutput(output, overwrite=overwrite, inputs=inputs, force_flag=force_flag) as target:
+    with AtomicOutput(output, overwrite=overwrite, inputs=paths, force_flag=force_flag) as target:
         with target.open() as out:
             for path in paths:
                 sequences.start_input()
@@ -164,7 +187,8 @@ def merge_traces(
                     return value if value <= 0 else pids.map(value, fresh_pid)
 
                 count = 0
-                source = _open_input(path, allow_truncated)
+                source = _open_input(readable[path], allow_truncated)
+                source.path = path  # errors name the input, not its conversion
                 try:
                     for offset, data in _packets(source):
                         content.update(data)
@@ -212,12 +236,41 @@ def _refuse_same_file(paths: list[str]) -> None:
             raise UsageError(f"{path}: {same}: each input is merged once")
 
 
-def _refuse_same_spans(paths: list[str]) -> None:
+def _as_pftrace(paths: list[str], allow_truncated: bool, scratch: str) -> tuple[dict[str, str], list[TraceFileError]]:
+    """The .pftrace to read for each input: itself, or its conversion into ``scratch`` when it
+    is in another format brickscope reads; and the cuts of truncated inputs so converted."""
+    from ._exporter import PerfettoSpanExporter
+
+    readable: dict[str, str] = {}
+    truncations: list[TraceFileError] = []
+    for number, path in enumerate(paths):
+        readable[path] = path
+        try:
+            source = TraceSource(path)
+        except OSError:  # opening it again says why, in order
+            continue
+        try:
+            head = source.stream.peek(64)[:64]
+        finally:
+            source.close()
+        if not head or PFTRACE.matches(head):
+            continue
+        converted = os.path.join(scratch, f"{number}.pftrace")
+        with open_spans(path, allow_truncated=allow_truncated) as spans, PerfettoSpanExporter(converted) as exporter:
+            if not replay(spans, exporter):
+                raise TraceFileError(path, "no spans in this file")
+        if spans.truncation is not None:
+            truncations.append(spans.truncation)
+        readable[path] = converted
+    return readable, truncations
+
+
+def _refuse_same_spans(paths: list[str], readable: dict[str, str]) -> None:
     """Raise TraceFileError when an input's first spans include a span of another input's
     (same span id, name, start and end): the same run written twice, or a merge of it."""
     owners: dict[tuple[int, int, int, str], str] = {}
     for path in paths:
-        spans = _first_spans(path)
+        spans = _first_spans(readable[path])
         for key in spans:
             other = owners.get(key)
             if other is not None:

@@ -1,0 +1,157 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Traces torch.profiler writes (export_chrome_trace, Kineto's Chrome trace JSON) read by every
+command: the report's per-operation counts are the profiler's own key_averages() counts."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.profiler import ProfilerActivity, profile, record_function, schedule  # noqa: E402
+
+from brickscope import analysis, cli  # noqa: E402
+from brickscope.offline import open_spans  # noqa: E402
+from brickscope.trace import attributes as A  # noqa: E402
+
+
+def _profile(directory, *, with_stack: bool, seed: int = 0) -> tuple[str, dict[str, int], dict[str, float]]:
+    """Train a small model for 5 steps under torch.profiler (wait 1, warm up 1, record 3) and
+    export the recorded window; return the file, key_averages()'s count and self CPU µs per key."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(), torch.nn.Linear(32, 4)
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    inputs, targets = torch.randn(8, 16), torch.randn(8, 4)
+    found: dict[str, object] = {}
+
+    def ready(prof: profile) -> None:
+        path = directory / f"kineto-{'stack' if with_stack else 'ops'}-{seed}.json"
+        prof.export_chrome_trace(str(path))
+        averages = prof.key_averages()
+        found.update(
+            path=str(path),
+            counts={e.key: e.count for e in averages},
+            self_us={e.key: e.self_cpu_time_total for e in averages},
+        )
+
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=1, warmup=1, active=3),
+        on_trace_ready=ready,
+        record_shapes=True,
+        with_stack=with_stack,
+    ) as prof:
+        for _ in range(5):
+            with record_function("forward"):
+                loss = torch.nn.functional.mse_loss(model(inputs), targets)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            prof.step()
+    return found["path"], found["counts"], found["self_us"]  # type: ignore[return-value]
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["ops", "with_stack"])
+def kineto(request, tmp_path_factory):
+    return _profile(tmp_path_factory.mktemp("kineto"), with_stack=request.param)
+
+
+class TestKeyAverages:
+    def test_counts_per_operation_equal_key_averages(self, kineto):
+        """Every key of key_averages() is an operation of the report with the same count (the
+        ProfilerStep* key: the report's steps), and the report has no operation it lacks."""
+        path, counts, _ = kineto
+        report = analysis.analyse(analysis.load(path))
+        steps = counts.pop("ProfilerStep*")
+        found = collections.Counter()
+        for operation in report.operations:
+            assert operation.kind == "brick"
+            found[operation.name] += operation.count
+        assert dict(found) == counts
+        assert steps == 3 and sorted(s.step for s in report.throughput.steps) == [2, 3, 4]
+
+    def test_self_time_per_operation_equals_key_averages(self, kineto):
+        """Self time per operation is key_averages()'s self CPU time (it counts in µs with ns
+        decimals: within 1 ns an instance). With with_stack, key_averages() gives a few outer Python
+        frames a negative self time, which no self time can be: those are not compared, and
+        brickscope's (clamped at 0, docs/analysis.md) is not negative."""
+        path, counts, self_us = kineto
+        report = analysis.analyse(analysis.load(path))
+        mine = collections.Counter()
+        for operation in report.operations:
+            mine[operation.name] += operation.self_ns
+        compared = 0
+        for name, count in counts.items():
+            if name != "ProfilerStep*" and self_us[name] >= 0:
+                assert mine[name] == pytest.approx(self_us[name] * 1000, abs=count), name
+                compared += 1
+            assert mine[name] >= 0
+        assert compared >= len(counts) - 5
+
+    def test_spans_are_bricks_of_the_profiled_thread_inside_their_step(self, kineto):
+        """Each operation is a host-clock brick of its Kineto category, inside a step."""
+        path, _, _ = kineto
+        with open_spans(path) as spans:
+            read = list(spans)
+        categories = {s.attributes[A.BRICK_CATEGORY] for s in read if s.attributes[A.SCOPE_KIND] == "brick"}
+        assert {"cpu_op", "user_annotation"} <= categories <= {"cpu_op", "user_annotation", "python_function"}
+        forward = [s for s in read if s.name == "forward"]
+        assert len(forward) == 3 and all(s.attributes[A.CLOCK] == "host" for s in forward)
+        assert sorted(s.attributes[A.STEP_NUMBER] for s in forward) == [2, 3, 4]
+
+
+class TestCommands:
+    def test_every_command_reads_a_torch_profiler_trace(self, tmp_path, capsys):
+        """report, tree, flamegraph, diff, convert (to .pftrace, and that back to Chrome JSON)
+        and merge each run on the profiler's file and exit 0."""
+        first, counts, _ = _profile(tmp_path, with_stack=False, seed=1)
+        second, _, _ = _profile(tmp_path, with_stack=False, seed=2)
+        assert cli.main(["report", first, "--format", "json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert {o["name"]: o["count"] for o in report["operations"]}["aten::linear"] == counts["aten::linear"]
+        assert cli.main(["tree", first]) == 0
+        assert "forward" in capsys.readouterr().out
+        assert cli.main(["diff", first, second]) == 0
+        pftrace, back = str(tmp_path / "run.pftrace"), str(tmp_path / "back.json")
+        assert cli.main(["convert", first, "-o", pftrace, "-q"]) == 0
+        assert cli.main(["convert", pftrace, "-o", back, "-q"]) == 0
+        for converted in (pftrace, back):
+            again = analysis.analyse(analysis.load(converted))
+            assert {o.name: o.count for o in again.operations} == {
+                o["name"]: o["count"] for o in report["operations"]
+            }
+        assert cli.main(["flamegraph", first, "-o", str(tmp_path / "run.folded")]) == 0
+        assert (tmp_path / "run.folded").read_text().count("forward") >= 1
+        merged = str(tmp_path / "both.pftrace")
+        assert cli.main(["merge", first, second, "-o", merged, "-q"]) == 0
+        both = analysis.analyse(analysis.load(merged))
+        assert {o.name: o.count for o in both.operations}["forward"] == 6
+
+
+class TestDistributed:
+    def test_distributed_info_gives_the_rank_and_collectives_are_communication(self, tmp_path):
+        """A gloo job of one rank: the profiler writes distributedInfo (rank 0, world size 1),
+        which every span's resource carries; its all_reduce is communication in the report."""
+        dist = torch.distributed
+        if not dist.is_available():
+            pytest.skip("this torch build has no torch.distributed")
+        dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+        try:
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                tensor = torch.ones(4)
+                dist.all_reduce(tensor)
+            path = str(tmp_path / "rank0.json")
+            prof.export_chrome_trace(path)
+        finally:
+            dist.destroy_process_group()
+        with open_spans(path) as spans:
+            resources = {(s.resource.attributes[A.RANK], s.resource.attributes[A.WORLD_SIZE]) for s in spans}
+        assert resources == {(0, 1)}
+        report = analysis.analyse(analysis.load(path))
+        assert report.ranks[0].name == "0"
+        assert "c10d::allreduce_" in {o.name for o in report.communication.operations}
