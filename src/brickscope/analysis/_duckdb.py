@@ -40,7 +40,8 @@ SCHEMA_VERSION = 1
 #: DuckDB's memory limit when none is given: a share of the machine's memory, leaving the rest to
 #: the operating system's file cache that Parquet scans live on.
 MEMORY_SHARE = 0.5
-#: Called as ``progress(done, total)`` (per mille of DuckDB's query progress) while a query runs.
+#: Called as ``progress(done, total)`` while a query runs: DuckDB's progress of the query, as a
+#: share of the input's bytes (the unit of the other readers' progress).
 ProgressCallback = Callable[[int, int], None]
 
 _INSTALL = "pip install 'brickscope[duckdb]'"
@@ -86,6 +87,27 @@ def parquet_files(*inputs: str) -> list[str]:
             raise AnalysisError(f"{item}: no such file or directory")
         files.extend(found)
     return files
+
+
+def count_spans(files: list[str]) -> int:
+    """The rows of Parquet files, from their footers (nothing else is read).
+
+    Raises:
+        AnalysisError: a file is not a Parquet file.
+    """
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        total = 0
+        for path in files:
+            try:
+                total += con.execute("SELECT sum(num_rows) FROM parquet_file_metadata(?)", [path]).fetchone()[0] or 0
+            except duckdb.Error as exc:
+                raise AnalysisError(f"{path}: not a Parquet file ({str(exc).splitlines()[0]})") from None
+        return total
+    finally:
+        con.close()
 
 
 def load_parquet(
@@ -279,12 +301,13 @@ class _Load:
         if self.progress is None:
             return self.con.execute(sql)
         done = threading.Event()
+        total = sum(os.path.getsize(path) for path in self.files)
 
         def poll() -> None:
             while not done.wait(0.25):
-                value = self.con.query_progress()
-                if value >= 0:
-                    self.progress(int(value * 10), 1000)
+                percent = self.con.query_progress()  # -1: no query running
+                if 0 <= percent < 100:
+                    self.progress(int(total * percent / 100), total)
 
         watcher = threading.Thread(target=poll, name="brickscope-duckdb-progress", daemon=True)
         watcher.start()
