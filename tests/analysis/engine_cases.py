@@ -24,6 +24,7 @@ from brickscope.trace import attributes as A
 T0 = 1_700_000_000_000_000_000
 US = 1_000
 
+
 def write_parquet(spans: Iterable[Any], path: Path, *, row_group_rows: int = 50) -> Path:
     """Write ``spans`` as a Parquet span file (the format's own writer)."""
     from brickscope.offline import ParquetSpanWriter

@@ -16,7 +16,7 @@ from brickscope.offline import ParquetSpanWriter, open_spans
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
-from brickscope.analysis._duckdb import load_parquet  # noqa: E402  (needs duckdb)
+from brickscope.analysis._duckdb import load_parquet
 
 
 def _duckdb(*inputs, backend):
@@ -139,7 +139,9 @@ class TestCommandLine:
         path = self._trace(tmp_path, engine_cases)
         assert main(["report", path, "--format", "json"]) == 0
         said = [line for line in capsys.readouterr().err.splitlines() if "engine" in line]
-        assert said == [f"brickscope report: engine memory ({_rows(path):,} spans, under 1,000,000; --engine to choose)"]
+        assert said == [
+            f"brickscope report: engine memory ({_rows(path):,} spans, under 1,000,000; --engine to choose)"
+        ]
         monkeypatch.setattr(_engines, "DUCKDB_MIN_SPANS", 10)
         assert main(["report", path, "--format", "json"]) == 0
         said = [line for line in capsys.readouterr().err.splitlines() if "engine" in line]

@@ -275,7 +275,9 @@ class _Load:
     def _columns(self) -> dict[str, Any]:
         """Every column of the table, in the in-memory engine's row order."""
         names = (*COLUMNS, "duration", "comm")
-        result = self._run(f"SELECT {', '.join(chr(34) + n + chr(34) for n in names)} FROM ({spans_query(DUCKDB)}) ORDER BY ord")
+        result = self._run(
+            f"SELECT {', '.join(chr(34) + n + chr(34) for n in names)} FROM ({spans_query(DUCKDB)}) ORDER BY ord"
+        )
         fetched = result.fetchnumpy()
         be = self.be
         columns = {}
@@ -372,4 +374,3 @@ def _default_memory_limit() -> str:
     except (ValueError, OSError, AttributeError):
         return "4GB"
     return f"{max(1, int(total * MEMORY_SHARE) >> 20)}MB"
-

@@ -22,16 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from brickscope.offline._integrity import (
-    END_BEFORE_START,
-    GPU_DURATION_TOLERANCE_NS,
-    INCONSISTENT_DURATION,
-    NEGATIVE_AMOUNT,
-    NEGATIVE_DURATION,
-    NO_END_TIME,
-    NO_START_TIME,
-    WALL_CLOCK_MIN_NS,
-)
 from brickscope.analysis._table import (
     _KEYS,
     CLOCK_CUDA_CODE,
@@ -42,6 +32,16 @@ from brickscope.analysis._table import (
     KIND_BRICK,
     KIND_KERNEL,
     KIND_OVERHEAD,
+)
+from brickscope.offline._integrity import (
+    END_BEFORE_START,
+    GPU_DURATION_TOLERANCE_NS,
+    INCONSISTENT_DURATION,
+    NEGATIVE_AMOUNT,
+    NEGATIVE_DURATION,
+    NO_END_TIME,
+    NO_START_TIME,
+    WALL_CLOCK_MIN_NS,
 )
 from brickscope.trace import attributes as A
 
@@ -141,8 +141,10 @@ def first_rows_query() -> str:
 
 def _dtype_bytes() -> str:
     """The bytes of an element of the row's dtype name (``DTYPE_BYTES``), NULL when unknown."""
-    name = "CASE WHEN lower(dtype) LIKE 'torch.%' THEN substr(lower(dtype), 7)" \
+    name = (
+        "CASE WHEN lower(dtype) LIKE 'torch.%' THEN substr(lower(dtype), 7)"
         " WHEN lower(dtype) LIKE 'np.%' THEN substr(lower(dtype), 4) ELSE lower(dtype) END"
+    )
     cases = " ".join(f"WHEN '{key}' THEN {size}" for key, size in DTYPE_BYTES.items())
     return f"CASE {name} {cases} END"
 
@@ -184,13 +186,13 @@ def spans_query(d: Dialect) -> str:
             {tiles},
             o.comm
         FROM bs_valid s
-        JOIN bs_op_codes o ON {d.equal('o.kind_name', 's.kind')} AND o.name = s.name
-            AND {d.equal('o.category_name', 's.category')} AND {d.equal('o.brick_name', 's.brick_name')}
-        JOIN bs_rank_codes r ON {d.equal('r.resource', 's.resource')}
-        LEFT JOIN bs_lane_codes l ON {d.equal('l.resource', 's.resource')}
-            AND l.device_ordinal = s.device_ordinal AND {d.equal('l.stream', 's.stream')}
-        LEFT JOIN bs_launch_codes k ON {d.equal('k.grid', 's.kernel_grid')}
-            AND {d.equal('k.block', 's.kernel_block')} AND {d.equal('k.smem', 's.kernel_shared_mem_bytes')}"""
+        JOIN bs_op_codes o ON {d.equal("o.kind_name", "s.kind")} AND o.name = s.name
+            AND {d.equal("o.category_name", "s.category")} AND {d.equal("o.brick_name", "s.brick_name")}
+        JOIN bs_rank_codes r ON {d.equal("r.resource", "s.resource")}
+        LEFT JOIN bs_lane_codes l ON {d.equal("l.resource", "s.resource")}
+            AND l.device_ordinal = s.device_ordinal AND {d.equal("l.stream", "s.stream")}
+        LEFT JOIN bs_launch_codes k ON {d.equal("k.grid", "s.kernel_grid")}
+            AND {d.equal("k.block", "s.kernel_block")} AND {d.equal("k.smem", "s.kernel_shared_mem_bytes")}"""
     # brickscope's own work is not its parent's (TableBuilder's _exclude_overhead): each
     # overhead span's interval clipped to a host-clock, non-brick parent's comes off its self time
     deduct = f"""
@@ -200,8 +202,7 @@ def spans_query(d: Dialect) -> str:
             AND least(o."end", p."end") - greatest(o.start, p.start) > 0
         GROUP BY p.ord"""
     columns = ", ".join(
-        "greatest(0, c.raw_self - coalesce(x.ns, 0)) AS self" if name == "self" else f'c."{name}"'
-        for name in COLUMNS
+        "greatest(0, c.raw_self - coalesce(x.ns, 0)) AS self" if name == "self" else f'c."{name}"' for name in COLUMNS
     )
     return f"""
         WITH bs_coded AS ({coded}), bs_deduct AS ({deduct})
