@@ -19,16 +19,18 @@ Example::
 from __future__ import annotations
 
 import array
+import contextlib
 import json
 import os
 import tempfile
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from brickscope.analysis._backend import get_backend
-from brickscope.analysis._load import AnalysisError, _expand, _require_work
+from brickscope.analysis._load import AnalysisError, _expand
+from brickscope.analysis._model import Report
 from brickscope.analysis._sql import (
     DUCKDB,
     SOURCE_COLUMNS,
@@ -37,7 +39,7 @@ from brickscope.analysis._sql import (
     spans_query,
     untyped_query,
 )
-from brickscope.analysis._table import _KEYS, COLUMNS, Table, TableBuilder
+from brickscope.analysis._table import _KEYS, COLUMNS, KIND_BRICK, KIND_KERNEL, Table, TableBuilder
 from brickscope.offline import describe_impossible
 from brickscope.trace import attributes as A
 
@@ -50,7 +52,8 @@ ProgressCallback = Callable[[int, int], None]
 
 _INSTALL = "pip install 'brickscope[duckdb]'"
 _ORD_SHIFT = 40  # a row's order key: file index << 40 | row in file (2^40 rows a file)
-_NUMPY_DTYPES = {"int64": "<i8", "uint64": "<u8", "float64": "<f8"}
+#: The columns of the spans table ``bs_t`` besides ``ord``: the analysis table's.
+_NAMES = (*COLUMNS, "duration", "comm")
 _TYPECODES = {"int64": "q", "uint64": "Q", "float64": "d"}
 #: The source columns a first span of a key is read with, for the builder (see _raw).
 _FIRST_COLUMNS = (
@@ -107,7 +110,8 @@ def load_parquet(
     threads: int | None = None,
     progress: ProgressCallback | None = None,
 ) -> Table:
-    """The analysis table of Parquet span files, computed by DuckDB.
+    """The analysis table of Parquet span files, computed by DuckDB and held in memory (what
+    ``diff`` and ``tree`` read; ``report`` uses :func:`report_parquet`, out of core).
 
     Args:
         inputs: files, directories (every ``*.parquet`` below) or globs.
@@ -123,11 +127,52 @@ def load_parquet(
         AnalysisError: DuckDB is not installed; an input is missing, not a Parquet span file,
             of a newer schema version, lacks a column, or holds no valid span.
     """
+    with _session(inputs, backend, memory_limit, temp_directory, threads, progress) as session:
+        return session.pull("true", source="bs_t", whole=True)
+
+
+def report_parquet(
+    *inputs: str,
+    backend: str | None = None,
+    memory_limit: str | None = None,
+    temp_directory: str | None = None,
+    threads: int | None = None,
+    progress: ProgressCallback | None = None,
+    **options: Any,
+) -> Report:
+    """The report of Parquet span files, every section computed in DuckDB out of core
+    (:mod:`._sqlreport`): the figures of :func:`~brickscope.analysis.analyse` on the same spans.
+
+    Args:
+        inputs, backend, memory_limit, temp_directory, threads, progress: as :func:`load_parquet`.
+        options: :func:`~brickscope.analysis.analyse`'s (``top``, ``steps``, ``ranks``...).
+
+    Raises:
+        AnalysisError: as :func:`load_parquet`, and as :func:`~brickscope.analysis.analyse`.
+    """
+    from brickscope.analysis._sqlreport import SqlAnalysis
+
+    with _session(inputs, backend, memory_limit, temp_directory, threads, progress) as session:
+        return SqlAnalysis(session, session.table).report(**options)
+
+
+@contextlib.contextmanager
+def _session(
+    inputs: tuple[str, ...],
+    backend: str | None,
+    memory_limit: str | None,
+    temp_directory: str | None,
+    threads: int | None,
+    progress: ProgressCallback | None,
+) -> Iterator[_Session]:
+    """A DuckDB connection with the spans table ``bs_t`` of ``inputs`` built, closed after."""
     try:
         import duckdb
     except ImportError:
         raise AnalysisError(f"the DuckDB engine needs duckdb: {_INSTALL}") from None
     files = parquet_files(*inputs)
+    for path in files:
+        _check_file(path)
     with tempfile.TemporaryDirectory(prefix="brickscope-duckdb-", dir=temp_directory) as spill:
         con = duckdb.connect(config={
             "memory_limit": memory_limit or _default_memory_limit(),
@@ -137,54 +182,92 @@ def load_parquet(
         try:
             # progress is polled (query_progress), never printed by DuckDB itself
             con.execute(f"SET enable_progress_bar = {progress is not None}; SET enable_progress_bar_print = false")
-            return _Load(con, files, get_backend(backend), progress).table()
+            yield _Session(con, files, get_backend(backend), progress)
         except duckdb.Error as exc:
-            raise AnalysisError(f"{', '.join(files) if len(files) < 3 else f'{len(files)} files'}: {exc}") from None
+            what = files[0] if len(files) == 1 else f"{len(files)} files"
+            raise AnalysisError(f"{what}: {str(exc).splitlines()[0]}") from None
         finally:
             con.close()
 
 
-class _Load:
-    """One load: the views over the files, the code lists, the table."""
+class _Session:
+    """One DuckDB session over some files: the views over them, the code lists, the spans
+    table ``bs_t`` (every column of the analysis table, one row a valid span), and what the
+    SQL sections ask of it (:class:`~brickscope.analysis._sqlreport.Session`).
+
+    Attributes:
+        table: the code lists, row count, impossible spans, sources and notes (no columns).
+    """
 
     def __init__(self, con: Any, files: list[str], be: Any, progress: ProgressCallback | None) -> None:
         self.con, self.files, self.be, self.progress = con, files, be, progress
-
-    def table(self) -> Table:
-        for path in self.files:
-            _check_file(path)
         self._views()
-        untyped, key = self._query(untyped_query(DUCKDB))[0]
+        untyped, key = self.query(untyped_query(DUCKDB))[0]
         if untyped:
             raise AnalysisError(
                 f"{self._what()}: {untyped:,} spans hold {key} (or another attribute the analysis reads) with a value"
                 " of another type than its column's (kept in the attributes column); --engine memory reads them"
             )
-        impossible, notes, valid = self._impossible()
+        impossible, notes = self._impossible()
         builder = TableBuilder(self.be)
         self._codes(builder)
-        columns = self._columns()
-        rows = self.be.size(columns["start"]) if columns else 0
-        comm = columns.pop("comm")
-        columns["comm"] = self.be.lookup([op.communication for op in builder._operations], columns["op"], "bool")
-        del comm
-        table = Table(
+        names = ", ".join(f'"{name}"' for name in _NAMES)
+        self._run(f"CREATE TEMP TABLE bs_t AS SELECT ord, {names} FROM ({spans_query(DUCKDB)})")
+        self.table = Table(
             self.be,
-            columns,
+            {},
             list(builder._operations),
             list(builder._categories),
             list(builder._ranks),
             list(builder._devices),
             list(builder._streams),
-            rows=rows,
+            rows=self.query("SELECT count(*) FROM bs_t")[0][0],
             impossible=impossible,
             sources=list(self.files),
             notes=notes,
             launches=list(builder._launches),
             kernel_sources=dict(builder._kernel_sources),
         )
-        _require_work(table, self._what())
-        return table
+        work = self.query(f"SELECT count(*) FROM bs_t WHERE kind IN ({KIND_BRICK}, {KIND_KERNEL})")[0][0]
+        if not work:
+            raise AnalysisError(
+                f"{self._what()}: {self.table.rows} spans but no brickscope brick or kernel span (not a brickscope trace?)"
+            )
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        """The rows of ``sql`` (DuckDB's progress reported while it runs)."""
+        return self._run(sql).fetchall()
+
+    def upload(self, name: str, columns: str, rows: list[tuple[Any, ...]]) -> None:
+        """(Re)create the temporary table ``name`` (``columns``: SQL) holding ``rows``."""
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} ({columns})")
+        if rows:
+            self.con.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+
+    def pull(self, where: str, *, source: str = "bs_sel", whole: bool = False) -> Table:
+        """The rows of ``source`` matching ``where``, in row order, as an in-memory table with the
+        session's code lists (``whole``: the table of every row, with its sources and notes)."""
+        fetched = self._run(
+            f"SELECT {', '.join(chr(34) + n + chr(34) for n in _NAMES)} FROM {source} WHERE {where} ORDER BY ord"
+        ).fetchnumpy()
+        be = self.be
+        columns = {}
+        for name in _NAMES:
+            dtype = "bool" if name == "comm" else COLUMNS.get(name, "int64")
+            values = fetched[name]
+            if dtype == "bool":
+                columns[name] = be.column([bool(v) for v in values.tolist()], "bool")
+                continue
+            buffer = array.array(_TYPECODES[dtype])
+            buffer.frombytes(values.astype("<i8" if dtype != "float64" else "<f8").tobytes())
+            columns[name] = be.from_array(buffer, dtype, copy=False)
+        t = self.table
+        return Table(
+            be, columns, t.operations, t.categories, t.ranks, t.devices, t.streams,
+            rows=len(fetched["op"]), dropped=t.dropped, impossible=t.impossible if whole else {},
+            sources=t.sources if whole else [], notes=t.notes if whole else [], launches=t.launches,
+            kernel_sources=t.kernel_sources,
+        )  # fmt: skip
 
     def _what(self) -> str:
         return self.files[0] if len(self.files) == 1 else f"{len(self.files)} files"
@@ -203,9 +286,9 @@ class _Load:
         con.execute(f"CREATE TEMP VIEW bs_reasoned AS SELECT *, {impossible_reason()} AS reason FROM bs_source")
         con.execute("CREATE TEMP VIEW bs_valid AS SELECT * FROM bs_reasoned WHERE reason IS NULL")
 
-    def _impossible(self) -> tuple[dict[str, int], list[str], list[int]]:
-        """Impossible spans by reason, the readers' line per file that had some, valid spans per file."""
-        counts = self._query(
+    def _impossible(self) -> tuple[dict[str, int], list[str]]:
+        """Impossible spans by reason, and the readers' line for each file that had some."""
+        counts = self.query(
             "SELECT file, reason, count(*) FROM bs_reasoned GROUP BY file, reason ORDER BY file, reason"
         )
         valid = [0] * len(self.files)
@@ -229,12 +312,12 @@ class _Load:
                 )
                 for reason, n in reasons.items():
                     total[reason] = total.get(reason, 0) + n
-        return total, notes, valid
+        return total, notes
 
     def _codes(self, builder: TableBuilder) -> None:
         """The code lists, from the first span of each key through ``builder`` in row order, and
         the tables that map every span's key to its codes (``bs_*_codes``)."""
-        firsts = self._query(
+        firsts = self.query(
             f"SELECT {', '.join(_FIRST_COLUMNS)} FROM bs_valid WHERE ord IN ({first_rows_query()}) ORDER BY ord"
         )
         resources: dict[Any, Any] = {}
@@ -271,29 +354,6 @@ class _Load:
                 "INSERT INTO bs_launch_codes VALUES (?, ?, ?, ?)",
                 [(_list(g), _list(b), s, code) for (g, b, s), code in launches.items()],
             )
-
-    def _columns(self) -> dict[str, Any]:
-        """Every column of the table, in the in-memory engine's row order."""
-        names = (*COLUMNS, "duration", "comm")
-        result = self._run(
-            f"SELECT {', '.join(chr(34) + n + chr(34) for n in names)} FROM ({spans_query(DUCKDB)}) ORDER BY ord"
-        )
-        fetched = result.fetchnumpy()
-        be = self.be
-        columns = {}
-        for name in names:
-            dtype = "bool" if name == "comm" else COLUMNS.get(name, "int64")
-            values = fetched[name]
-            if dtype == "bool":
-                columns[name] = values
-                continue
-            buffer = array.array(_TYPECODES[dtype])
-            buffer.frombytes(values.astype(_NUMPY_DTYPES[dtype.replace("uint64", "int64")]).tobytes())
-            columns[name] = be.from_array(buffer, dtype, copy=False)
-        return columns
-
-    def _query(self, sql: str) -> list[tuple[Any, ...]]:
-        return self._run(sql).fetchall()
 
     def _run(self, sql: str) -> Any:
         """Run ``sql``, reporting DuckDB's progress while it runs when asked."""

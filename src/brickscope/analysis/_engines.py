@@ -10,7 +10,8 @@ installed, everything else stays in memory (docs/analysis.md, "Engines").
 Example::
 
     choice = choose(["runs/job-17/"], None)      # Choice(engine="duckdb", reason="...")
-    table = load_with(choice.engine, ["runs/job-17/"])
+    report = report_with(choice.engine, ["runs/job-17/"], top=5)   # a SQL engine, out of core
+    table = load_with(choice.engine, ["runs/job-17/"])             # any engine: the table in memory
 """
 
 from __future__ import annotations
@@ -97,10 +98,36 @@ def load_with(
     if engine == "duckdb":
         from brickscope.analysis._duckdb import load_parquet
 
-        label = os.path.basename(os.fspath(inputs[0]).rstrip(os.sep)) if len(inputs) == 1 else f"{len(inputs)} inputs"
-        progress = progress_for(f"{label} (duckdb)") if progress_for is not None else None
+        progress = progress_for(f"{_label(inputs)} (duckdb)") if progress_for is not None else None
         return load_parquet(*map(os.fspath, inputs), backend=backend, progress=progress)
     raise AnalysisError(f"--engine {engine}: not available in this installation")
+
+
+def report_with(
+    engine: str,
+    inputs: Sequence[str],
+    *,
+    backend: str | None = None,
+    progress_for: Callable[[str], Any] | None = None,
+    **options: Any,
+) -> Any:
+    """The report of ``inputs`` computed by a SQL ``engine`` out of core (``options``: those of
+    :func:`~brickscope.analysis.analyse`).
+
+    Raises:
+        AnalysisError: as :func:`~brickscope.analysis.analyse` and the engine's loader say, or the
+            engine is not installed.
+    """
+    if engine == "duckdb":
+        from brickscope.analysis._duckdb import report_parquet
+
+        progress = progress_for(f"{_label(inputs)} (duckdb)") if progress_for is not None else None
+        return report_parquet(*map(os.fspath, inputs), backend=backend, progress=progress, **options)
+    raise AnalysisError(f"--engine {engine}: not available in this installation")
+
+
+def _label(inputs: Sequence[str]) -> str:
+    return os.path.basename(os.fspath(inputs[0]).rstrip(os.sep)) if len(inputs) == 1 else f"{len(inputs)} inputs"
 
 
 def _stem(path: str) -> str:

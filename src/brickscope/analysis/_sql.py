@@ -202,7 +202,8 @@ def spans_query(d: Dialect) -> str:
             AND least(o."end", p."end") - greatest(o.start, p.start) > 0
         GROUP BY p.ord"""
     columns = ", ".join(
-        "greatest(0, c.raw_self - coalesce(x.ns, 0)) AS self" if name == "self" else f'c."{name}"' for name in COLUMNS
+        "CAST(greatest(0, c.raw_self - coalesce(x.ns, 0)) AS BIGINT) AS self" if name == "self" else f'c."{name}"'
+        for name in COLUMNS
     )
     return f"""
         WITH bs_coded AS ({coded}), bs_deduct AS ({deduct})
