@@ -6,8 +6,8 @@ sums by the in-memory engine's own functions (``stats_of``, ``memory_of``, ``poi
 so every figure has one definition. Percentiles are exact: a group's count comes first, the
 row index of each percentile is :func:`~brickscope.analysis._stats.nearest_rank` of it, and
 the SQL returns the value at that index of the sorted group. Busy times are unions of
-intervals, merged in SQL (a running maximum of the ends: a new island where a start passes
-it). What needs a few spans' tree (the critical paths of the slowest steps) or only a few
+intervals, in SQL: in start order, each interval adds what it reaches past the running
+maximum of the ends before it. What needs a few spans' tree (the critical paths of the slowest steps) or only a few
 rows (steps, brickscope's own work, GC pauses) pulls just those rows into an in-memory table
 and runs the in-memory code on them.
 
@@ -320,14 +320,14 @@ class SqlAnalysis:
 
     def _union(self, intervals: str) -> dict[int, int]:
         """Per group ``g`` of ``intervals`` (a query of ``g, s, e``), the length of the union of its intervals."""
+        # in start order, each interval adds what it reaches past the running maximum of the ends before it
         rows = self.s.query(f"""
             WITH iv AS ({intervals}),
-            o AS (SELECT g, s, e, max(e) OVER (PARTITION BY g ORDER BY s, e
-                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach FROM iv),
-            i AS (SELECT g, s, e, sum(CASE WHEN reach IS NULL OR s > reach THEN 1 ELSE 0 END)
-                OVER (PARTITION BY g ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS island FROM o)
-            SELECT g, sum(hi - lo) FROM (SELECT g, island, min(s) AS lo, max(e) AS hi FROM i GROUP BY g, island)
-            GROUP BY g""")
+            o AS (SELECT g, s, e, max(e) OVER w AS reach FROM iv
+                WINDOW w AS (PARTITION BY g ORDER BY s, e ROWS UNBOUNDED PRECEDING)),
+            i AS (SELECT g, s, reach, lag(reach) OVER (PARTITION BY g ORDER BY s, e) AS before FROM o)
+            SELECT g, sum(CASE WHEN before IS NULL OR s > before THEN reach - s ELSE reach - before END)
+            FROM i GROUP BY g""")
         return {g: int(total) for g, total in rows}
 
     def _lane_stats(self, lane: str, work: str, windows: str) -> tuple[list[int], list[int], list[int]]:
