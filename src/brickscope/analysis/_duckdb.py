@@ -43,9 +43,16 @@ from brickscope.analysis._table import _KEYS, COLUMNS, KIND_BRICK, KIND_KERNEL, 
 from brickscope.offline import describe_impossible
 from brickscope.trace import attributes as A
 
-#: DuckDB's memory limit when none is given: a share of the machine's memory, leaving the rest to
-#: the operating system's file cache that Parquet scans live on.
+#: DuckDB's memory limit (``"2GB"``, ``"500MB"``) when the caller gives none; unset: a share
+#: (:data:`MEMORY_SHARE`) of the machine's memory, at most :data:`MEMORY_CAP`.
+BRICKSCOPE_DUCKDB_MEMORY_LIMIT = "BRICKSCOPE_DUCKDB_MEMORY_LIMIT"
+#: Where DuckDB spills what does not fit in its memory limit (a fresh directory is made in it and
+#: removed after); unset: the system's temporary directory.
+BRICKSCOPE_DUCKDB_TEMP_DIRECTORY = "BRICKSCOPE_DUCKDB_TEMP_DIRECTORY"
+#: The default memory limit's share of the machine's memory, and its cap: the rest is the
+#: operating system's file cache that Parquet scans live on, and the report's own few rows.
 MEMORY_SHARE = 0.5
+MEMORY_CAP = 3 << 30
 #: Called as ``progress(done, total)`` while a query runs: DuckDB's progress of the query, as a
 #: share of the input's bytes (the unit of the other readers' progress).
 ProgressCallback = Callable[[int, int], None]
@@ -116,10 +123,10 @@ def load_parquet(
     Args:
         inputs: files, directories (every ``*.parquet`` below) or globs.
         backend: the table's backend, ``"numpy"`` or ``"python"`` (default numpy when installed).
-        memory_limit: DuckDB's ``memory_limit`` (``"4GB"``; default :data:`MEMORY_SHARE` of the
-            machine's memory).
-        temp_directory: where DuckDB spills what does not fit (default a fresh directory under
-            the system's temporary directory, removed after).
+        memory_limit: DuckDB's ``memory_limit`` (``"2GB"``; default
+            :data:`BRICKSCOPE_DUCKDB_MEMORY_LIMIT`, else half the machine's memory, at most 3 GB).
+        temp_directory: where DuckDB spills what does not fit, in a fresh directory removed after
+            (default :data:`BRICKSCOPE_DUCKDB_TEMP_DIRECTORY`, else the system's temporary directory).
         threads: DuckDB's threads (default: every core).
         progress: called with DuckDB's progress while each query runs.
 
@@ -173,12 +180,21 @@ def _session(
     files = parquet_files(*inputs)
     for path in files:
         _check_file(path)
+    memory_limit = memory_limit or os.environ.get(BRICKSCOPE_DUCKDB_MEMORY_LIMIT) or _default_memory_limit()
+    temp_directory = temp_directory or os.environ.get(BRICKSCOPE_DUCKDB_TEMP_DIRECTORY) or None
+    if temp_directory is not None and not os.path.isdir(temp_directory):
+        raise AnalysisError(f"{temp_directory}: not a directory (the DuckDB engine's temporary directory)")
     with tempfile.TemporaryDirectory(prefix="brickscope-duckdb-", dir=temp_directory) as spill:
-        con = duckdb.connect(config={
-            "memory_limit": memory_limit or _default_memory_limit(),
-            "temp_directory": spill,
-            "threads": threads or os.cpu_count() or 1,
-        })  # fmt: skip
+        try:
+            con = duckdb.connect(
+                config={
+                    "memory_limit": memory_limit,
+                    "temp_directory": spill,
+                    "threads": threads or os.cpu_count() or 1,
+                }
+            )
+        except duckdb.Error as exc:
+            raise AnalysisError(f"DuckDB memory limit {memory_limit!r}: {str(exc).splitlines()[0]}") from None
         try:
             # progress is polled (query_progress), never printed by DuckDB itself
             con.execute(f"SET enable_progress_bar = {progress is not None}; SET enable_progress_bar_print = false")
@@ -432,5 +448,5 @@ def _default_memory_limit() -> str:
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        return "4GB"
-    return f"{max(1, int(total * MEMORY_SHARE) >> 20)}MB"
+        total = 2 * MEMORY_CAP
+    return f"{max(1, min(int(total * MEMORY_SHARE), MEMORY_CAP) >> 20)}MB"
