@@ -408,7 +408,7 @@ class SqlAnalysis:
             )
         }
         whole, magnitude = self.s.query(
-            f"SELECT bool_and(flops = trunc(flops)), sum(abs(flops)) FROM bs_sel WHERE {carrying}"
+            f"SELECT bool_and(flops = floor(flops)), sum(abs(flops)) FROM bs_sel WHERE {carrying}"
         )[0]
         if whole is None or (whole and magnitude < _EXACT_FLOAT):  # whole sums: exact in any order
             for op, device, flops in self.s.query(
@@ -454,7 +454,7 @@ class SqlAnalysis:
         if not self._one(f"SELECT count(*) FROM bs_sel WHERE kind = {KIND_STEP}"):
             return critical_paths(self.s.pull("true"), slowest=top)
         self.s.query(f"""
-            CREATE OR REPLACE TEMP TABLE bs_top_steps AS
+            CREATE OR REPLACE TEMP VIEW bs_top_steps AS
             WITH RECURSIVE up(ord, ancestor) AS (
                 SELECT ord, parent_id FROM bs_sel WHERE kind = {KIND_STEP}
                 UNION
