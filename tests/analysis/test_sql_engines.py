@@ -187,3 +187,11 @@ def _rows(path: str) -> int:
     import pyarrow.parquet as pq
 
     return pq.ParquetFile(path).metadata.num_rows
+
+
+def test_shared_span_ids_are_refused(tmp_path, engine_cases):
+    """The same file given twice: every span id twice, which the in-memory engine links to the last
+    copy and a join would link to both; refused in one line rather than counted otherwise."""
+    path = engine_cases.write_parquet(engine_cases.generate(1), tmp_path / "t.parquet")
+    with pytest.raises(AnalysisError, match=r"span ids are held by more than one span \(a file given twice\?\)"):
+        _sql_report(path, path)

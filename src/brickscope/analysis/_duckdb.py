@@ -244,6 +244,12 @@ class _Session:
             launches=list(builder._launches),
             kernel_sources=dict(builder._kernel_sources),
         )
+        shared = self.query("SELECT count(*) FROM (SELECT span_id FROM bs_t GROUP BY span_id HAVING count(*) > 1)")
+        if shared[0][0]:  # the in-memory engine links a child to the last of them; SQL would join every one
+            raise AnalysisError(
+                f"{self._what()}: {shared[0][0]:,} span ids are held by more than one span (a file given twice?);"
+                " --engine memory reads them"
+            )
         work = self.query(f"SELECT count(*) FROM bs_t WHERE kind IN ({KIND_BRICK}, {KIND_KERNEL})")[0][0]
         if not work:
             raise AnalysisError(
