@@ -16,13 +16,12 @@ Example::
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from brickscope.analysis._load import AnalysisError, load
+from brickscope.analysis._load import AnalysisError, _expand, load
 
 #: The engines, as ``--engine`` names them.
 ENGINES = ("memory", "duckdb", "spark")
@@ -41,11 +40,13 @@ class Choice:
 
 
 def is_parquet(path: str) -> bool:
-    """Whether an input names Parquet span files: a ``.parquet`` file, a glob, or a directory
-    holding ``*.parquet`` files (at any depth)."""
-    if os.path.isdir(path):
-        return bool(glob.glob(os.path.join(glob.escape(path), "**", "*.parquet"), recursive=True))
-    return path.endswith(".parquet") or glob.has_magic(path)
+    """Whether an input names only Parquet span files: a ``.parquet`` file, or a directory or glob
+    whose trace files (as :func:`~brickscope.analysis.load` finds them) are all ``.parquet``.
+
+    Raises:
+        AnalysisError: the input is missing, or a directory or glob names no trace file.
+    """
+    return all(name.endswith(".parquet") for name in _expand(path))
 
 
 def choose(inputs: Sequence[str], requested: str | None) -> Choice:
@@ -55,13 +56,10 @@ def choose(inputs: Sequence[str], requested: str | None) -> Choice:
     Raises:
         AnalysisError: a SQL engine was asked for inputs that are not Parquet span files.
     """
-    for path in map(os.fspath, inputs):
-        if not os.path.exists(path) and not glob.has_magic(path):
-            raise AnalysisError(f"{path}: no such file or directory")
     parquet = bool(inputs) and all(is_parquet(os.fspath(path)) for path in inputs)
     if requested is not None:
         if requested != "memory" and not parquet:
-            other = next(os.fspath(path) for path in inputs if not is_parquet(os.fspath(path)))
+            other = next(name for path in inputs for name in _expand(os.fspath(path)) if not name.endswith(".parquet"))
             raise AnalysisError(
                 f"{other}: --engine {requested} reads Parquet span files;"
                 f" convert it first (brickscope convert {other} -o {_stem(other)}.parquet) or use --engine memory"
