@@ -423,20 +423,19 @@ class SqlAnalysis:
         return points_of(self.t, {key: tuple(value) for key, value in groups.items()}, peaks)  # type: ignore[misc]
 
     def _tiles(self) -> tuple[Any, ...]:
+        """Per level some span has tiles of, the sums per op code (one scan for every level)."""
         n = len(self.t.operations)
+        columns = [f"tile_{level}_{what}" for level in TILE_LEVELS for what in ("count", "ns", "elements")]
+        seen = ", ".join(f"sum(CASE WHEN tile_{level}_count <> 0 THEN 1 ELSE 0 END)" for level in TILE_LEVELS)
+        rows = self.s.query(f"SELECT op, {', '.join(f'sum({c})' for c in columns)}, {seen} FROM bs_sel GROUP BY op")
         sums = {}
-        for level in TILE_LEVELS:
-            columns = [f"tile_{level}_{what}" for what in ("count", "ns", "elements")]
-            rows = self.s.query(
-                f"SELECT op, {', '.join(f'sum({c})' for c in columns)} FROM bs_sel"
-                f" WHERE {columns[0]} <> 0 OR {columns[1]} <> 0 OR {columns[2]} <> 0 GROUP BY op"
-            )
-            if not self._one(f"SELECT count(*) FROM bs_sel WHERE {columns[0]} <> 0"):
+        for index, level in enumerate(TILE_LEVELS):
+            if not any(row[1 + len(columns) + index] for row in rows):
                 continue
             lists: tuple[list[int], list[int], list[int]] = ([0] * n, [0] * n, [0] * n)
-            for op, *values in rows:
-                for column, value in zip(lists, values):
-                    column[op] = int(value)
+            for row in rows:
+                for what, column in enumerate(lists):
+                    column[row[0]] = int(row[1 + 3 * index + what])
             sums[level] = lists
         return tiles_of(self.t, sums)
 
