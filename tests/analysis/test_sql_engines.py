@@ -190,6 +190,14 @@ class TestCommandLine:
             f" (brickscope convert {trace} -o t.parquet) or use --engine memory\n"
         )
 
+    def test_a_directory_is_parquet_only_when_every_trace_file_is(self, tmp_path, capsys, engine_cases):
+        """A run directory holding a Parquet file and an OTLP JSON one: the refusal names the JSON file."""
+        (tmp_path / "run").mkdir()
+        engine_cases.write_parquet(engine_cases.generate(1), tmp_path / "run" / "a.parquet")
+        (tmp_path / "run" / "b.json").write_text("{}")
+        assert main(["report", str(tmp_path / "run"), "--engine", "duckdb"]) == 1
+        assert capsys.readouterr().err.startswith(f"brickscope report: {tmp_path / 'run' / 'b.json'}: --engine duckdb")
+
 
 def _rows(path: str) -> int:
     import pyarrow.parquet as pq
