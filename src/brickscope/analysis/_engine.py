@@ -128,10 +128,18 @@ def select(
     if mask is not None:
         work = be.count_true(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL)))
         table = table.select(mask)
-        if not (be.count_true(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL))) if work else table.rows):
-            described = " ".join(f"--{key} {value}" for key, value in filters.items())
-            raise AnalysisError(f"no {'brick or kernel span' if work else 'span'} matches {described}")
+        if work:
+            _require_match(be.count_true(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL))), filters)
+        else:  # a trace of no brickscope kind (another producer's): any span will do
+            _require_match(table.rows, filters, "span")
     return table, filters
+
+
+def _require_match(found: int, filters: dict[str, str], what: str = "brick or kernel span") -> None:
+    """Refuse filters that leave ``found`` = 0 spans of ``what``."""
+    if not found:
+        described = " ".join(f"--{key} {value}" for key, value in filters.items())
+        raise AnalysisError(f"no {what} matches {described}")
 
 
 def _and(be, mask, other):  # type: ignore[no-untyped-def]

@@ -1,0 +1,213 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The SQL engines against the in-memory engine: the same Parquet spans give the same report,
+every section of its JSON."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from brickscope.analysis import AnalysisError, _engines, analyse, load, to_json
+from brickscope.cli import main
+from brickscope.offline import ParquetSpanWriter, open_spans
+
+pytest.importorskip("duckdb")
+pytest.importorskip("pyarrow")
+
+from brickscope.analysis._duckdb import load_parquet, report_parquet
+
+
+def _duckdb(*inputs, backend):
+    return load_parquet(*map(str, inputs), backend=backend, memory_limit="256MB", threads=2)
+
+
+def _sql_report(*inputs, backend=None, **options):
+    """The report computed in SQL, out of core (what ``report --engine duckdb`` prints)."""
+    return to_json(report_parquet(*map(str, inputs), backend=backend, memory_limit="256MB", threads=2, **options))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_duckdb_gives_the_in_memory_report(seed, tmp_path, backend, engine_cases):
+    """Every section of the report JSON is the in-memory engine's, on traces of every shape."""
+    spans = engine_cases.generate(seed, steps=2 + seed % 3, ranks=1 + seed % 4)
+    path = engine_cases.write_parquet(spans, tmp_path / "trace.parquet", row_group_rows=7 + seed)
+    expected = to_json(analyse(load(path, backend=backend), top=5))
+    table = to_json(analyse(_duckdb(path, backend=backend), top=5))
+    sql = _sql_report(path, backend=backend, top=5)
+    assert table.keys() == sql.keys() == expected.keys()
+    for section in expected:
+        assert table[section] == expected[section], section
+        assert sql[section] == expected[section], section
+
+
+def test_a_dataset_directory_reads_as_the_in_memory_engine_reads_it(tmp_path, backend, engine_cases):
+    """Per-rank files in subdirectories, and one beside them: same files, same order, same report."""
+    spans = engine_cases.generate(3, steps=3, ranks=4)
+    ranks = sorted({span.resource.attributes.get("brickscope.rank") for span in spans}, key=str)
+    for index, rank in enumerate(ranks):
+        mine = [span for span in spans if span.resource.attributes.get("brickscope.rank") == rank]
+        where = tmp_path / "job" / (f"rank-{rank}" if index else "")
+        where.mkdir(parents=True, exist_ok=True)
+        engine_cases.write_parquet(mine, where / f"part-{index}.parquet")
+    expected = to_json(analyse(load(tmp_path / "job", backend=backend)))
+    got = to_json(analyse(_duckdb(tmp_path / "job", backend=backend)))
+    assert len(got["sources"]) == 4
+    assert got == expected
+    assert _sql_report(tmp_path / "job", backend=backend) == expected
+
+
+def test_filters_select_the_same_rows(tmp_path, engine_cases):
+    """--step, --rank and --device act on the DuckDB table as on the in-memory one."""
+    spans = engine_cases.generate(7, steps=4, ranks=4)
+    path = engine_cases.write_parquet(spans, tmp_path / "trace.parquet")
+    memory, sql = load(path), _duckdb(path, backend=None)
+    options = {"steps": (1, 3), "ranks": [memory.ranks[1], memory.ranks[2]], "devices": [0]}
+    expected = to_json(analyse(memory, **options))
+    assert to_json(analyse(sql, **options)) == expected
+    assert _sql_report(path, **options) == expected
+    for bad in ({"ranks": ["nope"]}, {"devices": [7]}, {"steps": (50, None)}):
+        with pytest.raises(AnalysisError) as in_memory:
+            analyse(memory, **bad)
+        with pytest.raises(AnalysisError, match=f"^{re.escape(str(in_memory.value))}$"):
+            _sql_report(path, **bad)
+
+
+class TestRefusals:
+    """A file the engine cannot read exactly is refused in one line naming it."""
+
+    def test_a_parquet_file_of_another_schema(self, tmp_path):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = tmp_path / "other.parquet"
+        pq.write_table(pa.table({"x": [1, 2]}), path)
+        with pytest.raises(AnalysisError, match=rf"^{path}: not a brickscope span file"):
+            _duckdb(path, backend=None)
+
+    def test_a_newer_schema_version(self, tmp_path, engine_cases):
+        import pyarrow.parquet as pq
+
+        path = engine_cases.write_parquet(engine_cases.generate(1), tmp_path / "t.parquet")
+        table = pq.read_table(path)
+        pq.write_table(table.replace_schema_metadata({"brickscope.schema_version": "2"}), path)
+        with pytest.raises(AnalysisError, match=rf"^{path}: schema version 2 is newer"):
+            _duckdb(path, backend=None)
+
+    def test_a_missing_column(self, tmp_path, engine_cases):
+        import pyarrow.parquet as pq
+
+        path = engine_cases.write_parquet(engine_cases.generate(1), tmp_path / "t.parquet")
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns(["self_ns"]), path)
+        with pytest.raises(AnalysisError, match=rf"^{path}: missing column self_ns$"):
+            _duckdb(path, backend=None)
+
+    def test_not_a_parquet_file(self, tmp_path):
+        path = tmp_path / "t.parquet"
+        path.write_bytes(b"not parquet at all")
+        with pytest.raises(AnalysisError, match=rf"^{path}: not a complete Parquet file"):
+            _duckdb(path, backend=None)
+
+    def test_an_analysis_attribute_of_another_type(self, tmp_path, engine_cases):
+        """A text step number is kept in the attributes JSON, which SQL does not read as the
+        in-memory engine does (it parses "3" as 3): refused rather than counted otherwise."""
+        from brickscope.testing import make_span
+        from brickscope.trace import attributes as A
+
+        spans = engine_cases.generate(1)
+        spans.append(make_span(99, "odd", 10**18, 10**18 + 5, attributes={A.SCOPE_KIND: "brick", A.STEP_NUMBER: "3"}))
+        path = engine_cases.write_parquet(spans, tmp_path / "t.parquet")
+        with pytest.raises(AnalysisError, match=rf"^{path}: 1 spans hold brickscope.step.number"):
+            _duckdb(path, backend=None)
+
+
+GOLDEN = sorted((Path(__file__).parents[1] / "golden").glob("*.pftrace"))
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem)
+def test_golden_traces_report_the_same_on_both_engines(tmp_path, path):
+    """Traces recorded by the real pipeline, converted to Parquet: the same report on both engines."""
+    pytest.importorskip("brickscope.exporter.perfetto")
+    converted = tmp_path / f"{path.stem}.parquet"
+    with ParquetSpanWriter(converted) as writer, open_spans(path) as spans:
+        writer.write(spans)
+    expected = to_json(analyse(load(converted), top=5))
+    assert to_json(analyse(_duckdb(converted, backend=None), top=5)) == expected
+    assert _sql_report(converted, top=5) == expected
+
+
+class TestCommandLine:
+    """``--engine`` on report and diff, and the default choice said on stderr."""
+
+    def _trace(self, tmp_path, engine_cases, seed=2):
+        return str(engine_cases.write_parquet(engine_cases.generate(seed, ranks=3), tmp_path / f"t{seed}.parquet"))
+
+    def test_report_json_is_the_same_on_both_engines(self, tmp_path, capsys, engine_cases):
+        path = self._trace(tmp_path, engine_cases)
+        assert main(["report", path, "--format", "json", "--engine", "duckdb", "-q"]) == 0
+        sql = capsys.readouterr()
+        assert main(["report", path, "--format", "json", "--engine", "memory", "-q"]) == 0
+        assert json.loads(sql.out) == json.loads(capsys.readouterr().out)
+
+    def test_the_default_choice_is_said_in_one_line(self, tmp_path, capsys, engine_cases, monkeypatch):
+        """Small Parquet inputs stay in memory, large ones go to DuckDB; stderr says which and why."""
+        path = self._trace(tmp_path, engine_cases)
+        assert main(["report", path, "--format", "json"]) == 0
+        said = [line for line in capsys.readouterr().err.splitlines() if "engine" in line]
+        assert said == [
+            f"brickscope report: engine memory ({_rows(path):,} spans, under 1,000,000; --engine to choose)"
+        ]
+        monkeypatch.setattr(_engines, "DUCKDB_MIN_SPANS", 10)
+        assert main(["report", path, "--format", "json"]) == 0
+        said = [line for line in capsys.readouterr().err.splitlines() if "engine" in line]
+        assert said == [f"brickscope report: engine duckdb ({_rows(path):,} spans in Parquet; --engine to choose)"]
+
+    @pytest.mark.parametrize(
+        "options", [[], ["--step", "1:"], ["--rank", "1", "--device", "1"]], ids=["all", "steps", "rank-device"]
+    )
+    def test_diff_on_duckdb_is_the_in_memory_diff(self, tmp_path, capsys, engine_cases, options):
+        """Each run's statistics computed in SQL: the same comparison, JSON and stderr, one run a
+        side (the instances' test) and several (the steps' medians)."""
+        runs = [self._trace(tmp_path, engine_cases, seed) for seed in (1, 3, 7, 9)]  # launcher ranks 0, 1, 2
+        for sides in ([runs[0], runs[1]], ["--base", runs[0], runs[1], "--new", runs[2], runs[3]]):
+            assert main(["diff", *sides, "--format", "json", "--engine", "duckdb", "-q", *options]) == 0
+            sql = capsys.readouterr()
+            assert main(["diff", *sides, "--format", "json", "--engine", "memory", "-q", *options]) == 0
+            memory = capsys.readouterr()
+            assert json.loads(sql.out) == json.loads(memory.out)
+            assert sql.err == memory.err
+
+    def test_a_sql_engine_refuses_other_formats_in_one_line(self, tmp_path, capsys):
+        trace = tmp_path / "t.json"
+        trace.write_text("{}")
+        assert main(["report", str(trace), "--engine", "duckdb"]) == 1
+        err = capsys.readouterr().err
+        assert err == (
+            f"brickscope report: {trace}: --engine duckdb reads Parquet span files; convert it first"
+            f" (brickscope convert {trace} -o t.parquet) or use --engine memory\n"
+        )
+
+    def test_a_directory_is_parquet_only_when_every_trace_file_is(self, tmp_path, capsys, engine_cases):
+        """A run directory holding a Parquet file and an OTLP JSON one: the refusal names the JSON file."""
+        (tmp_path / "run").mkdir()
+        engine_cases.write_parquet(engine_cases.generate(1), tmp_path / "run" / "a.parquet")
+        (tmp_path / "run" / "b.json").write_text("{}")
+        assert main(["report", str(tmp_path / "run"), "--engine", "duckdb"]) == 1
+        assert capsys.readouterr().err.startswith(f"brickscope report: {tmp_path / 'run' / 'b.json'}: --engine duckdb")
+
+
+def _rows(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows
+
+
+def test_shared_span_ids_are_refused(tmp_path, engine_cases):
+    """The same file given twice: every span id twice, which the in-memory engine links to the last
+    copy and a join would link to both; refused in one line rather than counted otherwise."""
+    path = engine_cases.write_parquet(engine_cases.generate(1), tmp_path / "t.parquet")
+    with pytest.raises(AnalysisError, match=r"span ids are held by more than one span \(a file given twice\?\)"):
+        _sql_report(path, path)
