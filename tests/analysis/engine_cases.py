@@ -58,6 +58,7 @@ _KERNELS = ["gemm", "softmax", "ncclKernel_AllReduce", "copy"]
 def generate(seed: int, *, steps: int = 3, ranks: int = 2) -> list[Any]:
     """A seeded trace of ``ranks`` ranks and ``steps`` steps each (with some impossible spans)."""
     rng = random.Random(seed)
+    others = random.Random(~seed)  # its own stream: the spans of no brickscope kind leave rng's draws as they were
     launcher = rng.random() < 0.5
     spans: list[Any] = []
     next_id = iter(range(rng.getrandbits(62) | (1 << 63), 1 << 64)).__next__  # ids above 2^63: signed in Parquet
@@ -155,7 +156,11 @@ def generate(seed: int, *, steps: int = 3, ranks: int = 2) -> list[Any]:
                     t += duration + rng.choice([0, 2, 5]) * US
                 # the layer span ends after its bricks
                 spans[[s.context.span_id for s in spans].index(layer_id)]._end_time = t
-            add("data_loader", step_start, t, None, resource, **{A.CLOCK: "host", A.THREAD_ID: 2})
+            loader = add("data_loader", step_start, t, None, resource, **{A.CLOCK: "host", A.THREAD_ID: 2})
+            if others.random() < 0.6:  # another instrumentation's spans inside: overlapping, one past its end
+                middle = (step_start + t) // 2
+                add("read_batch", step_start + US, middle + 2 * US, loader, resource, **{A.THREAD_ID: 2})
+                add("decode", middle, t + 3 * US, loader, resource, **{A.THREAD_ID: 2})
             if rng.random() < 0.7:
                 add("brickscope.resolve", t - 3 * US, t + 4 * US, step_id, resource, **{
                     A.SCOPE_KIND: "overhead", A.STEP_NUMBER: step, A.CLOCK: "host", A.THREAD_ID: 1,

@@ -139,6 +139,21 @@ def test_golden_traces_report_the_same_on_both_engines(tmp_path, path):
     assert _sql_report(converted, top=5) == expected
 
 
+FOREIGN = Path(__file__).parents[2] / "exporters/perfetto/tests/data/tg4perfetto_example.pftrace"
+
+
+def test_another_producers_trace_reports_the_same_on_both_engines(tmp_path):
+    """Slices of no brickscope kind (a third-party TrackEvent writer's): the self time by span
+    name, the one section such a trace has, is the same on both engines."""
+    pytest.importorskip("brickscope.exporter.perfetto")
+    converted = tmp_path / "foreign.parquet"
+    with ParquetSpanWriter(converted) as writer, open_spans(FOREIGN) as spans:
+        writer.write(spans)
+    expected = to_json(analyse(load(converted), top=5))
+    assert expected["others"], "the trace has slices of no brickscope kind"
+    assert _sql_report(converted, top=5) == expected
+
+
 class TestCommandLine:
     """``--engine`` on report and diff, and the default choice said on stderr."""
 

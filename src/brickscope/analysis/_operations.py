@@ -91,7 +91,7 @@ def other_operations(table: Table) -> tuple[OperationStats, ...]:
         "bytes": others["bytes"],
     }
     names = [(op.name, op.kind, op.category) for op in table.operations]
-    return tuple(_with_shares(_group_stats(others, others["op"], names, rows, ({}, {}))))
+    return tuple(with_shares(_group_stats(others, others["op"], names, rows, ({}, {}))))
 
 
 @dataclass(frozen=True)

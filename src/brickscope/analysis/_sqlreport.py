@@ -51,6 +51,7 @@ from brickscope.analysis._table import (
     KIND_BRICK,
     KIND_GC,
     KIND_KERNEL,
+    KIND_OTHER,
     KIND_OVERHEAD,
     KIND_STEP,
     Table,
@@ -131,6 +132,7 @@ class SqlAnalysis:
             clocks=tuple(name for code, name in enumerate(CLOCKS) if clocks.get(code)),
             filters=filters,
             operations=operations,
+            others=self._others(),
             categories=self._categories(),
             slowest=self._slowest(top),
             outliers=self._outliers(picks, top),
@@ -305,6 +307,38 @@ class SqlAnalysis:
                         tuple(values[code]),
                         stall_count,
                         stall_ns,
+                    )  # fmt: skip
+                )
+        return tuple(with_shares(stats))
+
+    def _others(self) -> tuple[Any, ...]:
+        """Spans of no brickscope kind by name, as :func:`~brickscope.analysis._operations.other_operations`:
+        a span's self time is its duration less the union of its children's intervals, each
+        clipped to the span (one clipped to nothing is empty at its start)."""
+        self.s.query(f"""
+            CREATE OR REPLACE TEMP VIEW bs_other_self AS
+            WITH iv AS (
+                SELECT p.ord AS g, greatest(c.start, p.start) AS s,
+                    greatest(least(c."end", p."end"), greatest(c.start, p.start)) AS e
+                FROM bs_sel c JOIN bs_sel p ON p.span_id = c.parent_id
+                WHERE c.parent_id <> 0 AND p.kind = {KIND_OTHER}),
+            o AS (SELECT g, s, e, max(e) OVER w AS reach FROM iv
+                WINDOW w AS (PARTITION BY g ORDER BY s, e ROWS UNBOUNDED PRECEDING)),
+            i AS (SELECT g, s, reach, lag(reach) OVER (PARTITION BY g ORDER BY s, e) AS before FROM o),
+            covered AS (SELECT g, sum(CASE WHEN before IS NULL OR s > before THEN reach - s ELSE reach - before END) AS ns
+                FROM i GROUP BY g)
+            SELECT w.op AS key, w.duration, w.duration - coalesce(x.ns, 0) AS self, w.elements, w.bytes
+            FROM bs_sel w LEFT JOIN covered x ON x.g = w.ord WHERE w.kind = {KIND_OTHER}""")
+        counts, values = self._picks("SELECT key, self AS value FROM bs_other_self", _FRACTIONS)
+        sums = self._sums("SELECT * FROM bs_other_self")
+        stats = []
+        for op, operation in enumerate(self.t.operations):
+            if op in counts and operation.kind == "other":
+                total, self_ns, elements, nbytes = sums[op]
+                stats.append(
+                    stats_of(
+                        operation.name, operation.kind, operation.category, counts[op], total, self_ns, elements,
+                        nbytes, tuple(values[op]), 0, 0,
                     )  # fmt: skip
                 )
         return tuple(with_shares(stats))
