@@ -1,0 +1,83 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Run a command; measure its wall time and the peak memory of its whole process tree.
+
+Two readings, the larger is reported:
+
+- the sum of the resident set sizes of the child and all its descendants, read from
+  ``/proc`` every ``interval_s`` (a JVM that Spark starts beside the Python driver is
+  counted with it; a peak shorter than the interval may be missed);
+- ``ru_maxrss`` of the child as ``wait4`` returns it: the largest peak of any one process of
+  the tree that was waited for, exact however short (the kernel keeps it).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def tree_rss_kb(root: int) -> int:
+    """Resident memory of ``root`` and every process descended from it, kB (0 once gone)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rpartition(")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, ()))
+        try:
+            with open(f"/proc/{pid}/statm") as statm:
+                total += int(statm.read().split()[1]) * _PAGE_KB
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def run_measured(
+    argv: Sequence[str], stdout_path: str, env: Mapping[str, str] | None = None, interval_s: float = 0.2
+) -> dict[str, Any]:
+    """Run ``argv`` with its standard output in ``stdout_path``; return ``rc``, ``wall_s``,
+    ``peak_rss_mb`` (the larger reading), ``tree_rss_mb``, ``max_process_rss_mb``, the CPU
+    seconds of the tree (``cpu_s``) and the last lines of its standard error."""
+    peak = [0]
+    done = threading.Event()
+    with open(stdout_path, "wb") as out:
+        started = time.perf_counter()
+        child = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.PIPE, env=dict(env or os.environ))
+
+        def sample() -> None:
+            while not done.wait(interval_s):
+                peak[0] = max(peak[0], tree_rss_kb(child.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        assert child.stderr is not None
+        stderr = child.stderr.read()
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - started
+        done.set()
+        sampler.join()
+        child.returncode = os.waitstatus_to_exitcode(status)
+        child.stderr.close()
+    return {
+        "rc": child.returncode,
+        "wall_s": wall,
+        "peak_rss_mb": max(peak[0], usage.ru_maxrss) / 1024,
+        "tree_rss_mb": peak[0] / 1024,
+        "max_process_rss_mb": usage.ru_maxrss / 1024,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "stderr_tail": stderr.decode(errors="replace").strip().splitlines()[-3:],
+    }
