@@ -34,6 +34,12 @@ from brickscope.offline._integrity import (
 )
 from brickscope.offline._open import SpanStream, open_records, open_spans
 from brickscope.offline._output import AtomicOutput, OutputError, check_output, write_atomically
+from brickscope.offline._parquet_schema import (
+    PARQUET_COLUMNS,
+    PARQUET_SCHEMA_VERSION,
+    Column,
+    parquet_schema,
+)
 from brickscope.offline._replay import Progress, replay
 from brickscope.offline._source import ProgressCallback, TraceSource
 from brickscope.offline._steps import StepRange, describe_steps, parse_steps, step_argument
@@ -45,6 +51,9 @@ __all__ = [
     "READERS_GROUP",
     "AtomicOutput",
     "OutputError",
+    "PARQUET_COLUMNS",
+    "PARQUET_SCHEMA_VERSION",
+    "Column",
     "Progress",
     "ProgressCallback",
     "SpanRecord",
@@ -59,6 +68,7 @@ __all__ = [
     "describe_steps",
     "impossible",
     "one_line",
+    "parquet_schema",
     "open_records",
     "open_spans",
     "parse_steps",
