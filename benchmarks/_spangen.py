@@ -17,7 +17,7 @@ What a step of one rank holds (a decode step of a tensor-parallel LLM), in this 
 
 Every brick holds one kernel on its stream (``attention`` two), except ``sampling``,
 which is host-timed: no device, no kernel. Everything else is on the device's CUDA clock.
-So a step is ``1 + 24 * layers + 8`` spans (32 layers: 776). Kernel names are drawn per
+So a step is ``1 + 24 * layers + 7`` spans (32 layers: 776). Kernel names are drawn per
 instance from pools (Triton fusions, FlashAttention tiles, cuBLAS GEMM tiles shared by the
 GEMM bricks, NCCL protocols): :func:`distinct_names` in all. Durations sit on the CUDA
 events' 0.5 µs grid, jittered (log-normal, sigma 0.1); step 0 is a warm-up ten times
