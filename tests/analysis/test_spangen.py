@@ -61,7 +61,10 @@ def test_sizes_by_hand(dataset):
 def test_files_match_the_schema_and_are_partitioned_by_rank(dataset):
     root, _ = dataset
     files = sorted(root.rglob("*.parquet"))
-    assert [p.relative_to(root).as_posix() for p in files] == ["rank-000/part-00000.parquet", "rank-001/part-00000.parquet"]
+    assert [p.relative_to(root).as_posix() for p in files] == [
+        "rank-000/part-00000.parquet",
+        "rank-001/part-00000.parquet",
+    ]
     schema = parquet_schema()
     for rank, path in enumerate(files):
         parquet = pq.ParquetFile(path)
@@ -95,7 +98,12 @@ def test_the_span_tree_is_consistent(dataset):
     for rank in ("0", "1"):
         for step in (0, 1):
             kinds = [r["kind"] for r in rows if r["rank"] == rank and r["step"] == step]
-            assert (kinds.count("step"), kinds.count("layer"), kinds.count("brick"), kinds.count("kernel")) == (1, 2, 26, 27)
+            assert (kinds.count("step"), kinds.count("layer"), kinds.count("brick"), kinds.count("kernel")) == (
+                1,
+                2,
+                26,
+                27,
+            )
             # one trace a step
             assert len({r["trace_id"] for r in rows if r["rank"] == rank and r["step"] == step}) == 1
         steps = sorted((r for r in rows if r["rank"] == rank and r["kind"] == "step"), key=lambda r: r["step"])
