@@ -39,7 +39,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+
+from brickscope.offline import ParquetSpanWriter, parquet_schema
+from brickscope.offline._parquet_schema import ROW_GROUP_ROWS
 
 T0 = 1_790_000_000_000_000_000  # ns since the Unix epoch (2026-09)
 TICK_NS = 500  # CUDA events' resolution
@@ -445,14 +447,16 @@ def write_dataset(
     layers: int = 32,
     seed: int = 1,
     run: str = "bench",
-    row_group_rows: int = 128 * 1024,
+    row_group_rows: int = ROW_GROUP_ROWS,
     rows_per_file: int = 8 << 20,
 ) -> dict[str, Any]:
     """Write at least ``spans`` spans (whole steps, the same number on every rank) under
-    ``root``; return what was written: spans, steps per rank, files, bytes."""
-    from importlib.metadata import version
+    ``root``; return what was written: spans, steps per rank, files, bytes.
 
-    from brickscope.offline import parquet_schema
+    Each file is written by the Arrow writer of a :class:`ParquetSpanWriter` (so with the
+    format's encodings, compression and footer), a record batch of whole steps, about
+    ``row_group_rows`` rows, a row group at a time."""
+    from importlib.metadata import version
 
     schema = parquet_schema()
     template = Template(layers)
@@ -463,15 +467,16 @@ def write_dataset(
         out = RankWriter(template, Process(rank, ranks), seed, run, version("brickscope"))
         directory = os.path.join(root, f"rank-{rank:03d}")
         os.makedirs(directory, exist_ok=True)
-        writer, in_file, parts = None, 0, 0
+        writer: ParquetSpanWriter | None = None
+        in_file = parts = 0
         while out.step < steps_per_rank:
             if writer is None or in_file >= rows_per_file:
                 if writer is not None:
                     writer.close()
                 files.append(os.path.join(directory, f"part-{parts:05d}.parquet"))
-                writer, in_file, parts = pq.ParquetWriter(files[-1], schema, compression="zstd"), 0, parts + 1
+                writer, in_file, parts = ParquetSpanWriter(files[-1], run=run), 0, parts + 1
             batch = out.batch(min(steps_per_group, steps_per_rank - out.step), schema)
-            writer.write_batch(batch, row_group_size=batch.num_rows)
+            writer._writer.write_batch(batch, row_group_size=batch.num_rows)
             in_file += batch.num_rows
         if writer is not None:
             writer.close()
