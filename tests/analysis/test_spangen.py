@@ -170,3 +170,26 @@ def test_tree_memory_counts_descendants():
         assert treerss.tree_rss_kb(holder.pid) >= 96 * 1024
     finally:
         holder.communicate(b"")
+
+
+def test_the_dataset_reads_back_into_the_report(dataset):
+    """brickscope's own reader takes the directory: every span, both ranks, the operations
+    counted by hand, the all-reduces as communication half hidden behind compute."""
+    import json
+
+    from brickscope.analysis import analyse, load, render
+
+    root, _ = dataset
+    report = json.loads(render(analyse(load(str(root))), "json"))
+    assert report["spans"] == 224 and report["dropped"] == 0
+    assert [rank["name"] for rank in report["ranks"]] == ["0", "1"]
+    counts = {(op["kind"], op["name"]): op["count"] for op in report["operations"]}
+    # a brick of a layer: once a layer, 2 layers, 2 steps, 2 ranks; the others once a step
+    assert counts[("brick", "qkv_projection")] == 8 and counts[("brick", "lm_head")] == 4
+    assert counts[("brick", "rms_norm")] == counts[("brick", "all_reduce")] == 16
+    assert sum(op["count"] for op in report["operations"] if op["kind"] == "kernel") == 2 * 2 * 27
+    communication = report["communication"]
+    assert communication["count"] == 16  # the all-reduce bricks
+    # each starts half its duration (rounded down) before the compute brick before it
+    # ends, less the gap between the two: a little under half is hidden
+    assert 0 < communication["overlapped_ns"] < communication["exposed_ns"]
