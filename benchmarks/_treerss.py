@@ -8,11 +8,16 @@ Two readings, the larger is reported:
   counted with it; a peak shorter than the interval may be missed);
 - ``ru_maxrss`` of the child as ``wait4`` returns it: the largest peak of any one process of
   the tree that was waited for, exact however short (the kernel keeps it).
+
+On a shared machine a command that outgrows it would take the others down with it:
+given ``rss_cap_mb``, the whole tree is killed once its reading passes the cap, and the
+result says so.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -47,20 +52,31 @@ def tree_rss_kb(root: int) -> int:
 
 
 def run_measured(
-    argv: Sequence[str], stdout_path: str, env: Mapping[str, str] | None = None, interval_s: float = 0.2
+    argv: Sequence[str],
+    stdout_path: str,
+    env: Mapping[str, str] | None = None,
+    interval_s: float = 0.2,
+    rss_cap_mb: float | None = None,
 ) -> dict[str, Any]:
     """Run ``argv`` with its standard output in ``stdout_path``; return ``rc``, ``wall_s``,
     ``peak_rss_mb`` (the larger reading), ``tree_rss_mb``, ``max_process_rss_mb``, the CPU
-    seconds of the tree (``cpu_s``) and the last lines of its standard error."""
+    seconds of the tree (``cpu_s``), ``killed`` (why the tree was killed, or None) and the
+    last lines of its standard error."""
     peak = [0]
+    killed: list[str] = []
     done = threading.Event()
     with open(stdout_path, "wb") as out:
         started = time.perf_counter()
-        child = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.PIPE, env=dict(env or os.environ))
+        child = subprocess.Popen(
+            list(argv), stdout=out, stderr=subprocess.PIPE, env=dict(env or os.environ), start_new_session=True
+        )
 
         def sample() -> None:
             while not done.wait(interval_s):
                 peak[0] = max(peak[0], tree_rss_kb(child.pid))
+                if rss_cap_mb is not None and peak[0] > rss_cap_mb * 1024 and not killed:
+                    killed.append(f"killed: its memory passed {rss_cap_mb:,.0f} MB")
+                    os.killpg(child.pid, signal.SIGKILL)
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -79,5 +95,6 @@ def run_measured(
         "tree_rss_mb": peak[0] / 1024,
         "max_process_rss_mb": usage.ru_maxrss / 1024,
         "cpu_s": usage.ru_utime + usage.ru_stime,
+        "killed": killed[0] if killed else None,
         "stderr_tail": stderr.decode(errors="replace").strip().splitlines()[-3:],
     }

@@ -397,7 +397,8 @@ def _available_memory_bytes() -> int:
 
 
 def _engines_at(spans: int, memory_max: int, spark_at: int) -> dict[str, str | None]:
-    """Each engine to run at this size, or the reason it is not run."""
+    """Each engine to run at this size (as asked: the dataset holds a few more, whole
+    steps), or the reason it is not run."""
     import importlib.util
     import shutil
 
@@ -462,20 +463,22 @@ def scale(sizes: list[int], ranks: int, directory: str, memory_max: int, spark_a
             size["bytes_per_span"] = size["bytes"] / size["spans"]
             size["generate"] = {**_figures(made), "load_average": load}
             size["engines"], reports = {}, {}
-            for engine, skipped in _engines_at(size["spans"], memory_max, spark_at).items():
+            for engine, skipped in _engines_at(spans, memory_max, spark_at).items():
                 if skipped:
                     size["engines"][engine] = {"skipped": skipped}
                     continue
                 load = os.getloadavg()[0]
                 command = ["report", root, "--engine", engine, "--format", "json"]
-                measured = run_measured([sys.executable, "-m", "brickscope", *command], out)
+                cap_mb = 0.9 * _available_memory_bytes() / 2**20
+                measured = run_measured([sys.executable, "-m", "brickscope", *command], out, rss_cap_mb=cap_mb)
                 after = os.getloadavg()[0]
                 size["engines"][engine] = {**_figures(measured), "load_average": load, "load_average_after": after}
                 if measured["rc"] == 0:
                     with open(out) as report:
                         reports[engine] = json.load(report)
                 else:
-                    size["engines"][engine]["error"] = measured["stderr_tail"]
+                    why = [measured["killed"]] if measured["killed"] else measured["stderr_tail"]
+                    size["engines"][engine]["error"] = why
             if "duckdb" in reports:
                 size["agreement"] = {
                     f"duckdb_vs_{other}": _first_difference(reports["duckdb"], reports[other]) or "same figures"

@@ -193,3 +193,11 @@ def test_the_dataset_reads_back_into_the_report(dataset):
     # each starts half its duration (rounded down) before the compute brick before it
     # ends, less the gap between the two: a little under half is hidden
     assert 0 < communication["overlapped_ns"] < communication["exposed_ns"]
+
+
+def test_a_tree_past_the_memory_cap_is_killed():
+    """On a shared machine the benchmark stops a command before it takes the machine down."""
+    hog = "import time; x = bytearray(160 << 20); x[::4096] = b'1' * len(x[::4096]); time.sleep(3600)"
+    measured = treerss.run_measured([sys.executable, "-c", hog], "/dev/null", rss_cap_mb=64)
+    assert measured["rc"] == -9 and measured["killed"] == "killed: its memory passed 64 MB"
+    assert measured["peak_rss_mb"] > 64
