@@ -35,3 +35,9 @@ def _trace():
 def _backend(request: pytest.FixtureRequest) -> str:
     """Every engine test runs on both backends: same figures, by construction and by test."""
     return request.param
+
+
+@pytest.fixture(name="engine_cases")
+def _engine_cases():
+    """The seeded traces and the Parquet writer of the engine comparison tests."""
+    return _load("analysis_engine_cases", Path(__file__).with_name("engine_cases.py"))

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Loading inputs into a :class:`~brickscope.analysis._table.Table`.
 
-An input is a trace file (``.pftrace`` or OTLP JSON, told apart by content), a
-directory of such files (per-rank files of one job), or a live
+An input is a trace file (``.pftrace``, OTLP JSON or Parquet, told apart by content),
+a directory of such files (per-rank files of one job; a Parquet dataset's subdirectories
+too), a glob pattern, or a live
 :class:`brickscope.Session`. Spans come from brickscope's one reader of each
 format (:func:`_read`); this module never decodes a format itself.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import glob
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
@@ -22,7 +24,7 @@ from brickscope.offline._errors import one_line
 #: Called as ``progress(bytes_read, total_bytes)`` over all inputs while loading.
 ProgressCallback = Callable[[int, int], None]
 
-_TRACE_SUFFIXES = (".pftrace", ".json", ".jsonl", ".json.gz", ".jsonl.gz", ".otlp.json")
+_TRACE_SUFFIXES = (".pftrace", ".json", ".jsonl", ".json.gz", ".jsonl.gz", ".otlp.json", ".parquet")
 #: What the flamegraph exporter writes beside a trace (its speedscope profile): JSON, not a trace.
 _NOT_TRACES = (".speedscope.json",)
 
@@ -162,6 +164,9 @@ def _cyclic_gc_paused() -> Iterator[None]:
 
 
 def _expand(path: str) -> list[str]:
+    """The trace files an input names: the file; a directory's trace files, with the
+    ``.parquet`` files of its subdirectories (a Parquet dataset, one directory per run or
+    rank); or the files a glob pattern matches."""
     if os.path.isdir(path):
         names = sorted(
             name
@@ -170,9 +175,21 @@ def _expand(path: str) -> list[str]:
             and not name.endswith(_NOT_TRACES)
             and os.path.isfile(os.path.join(path, name))
         )
-        if not names:
+        nested = sorted(
+            os.path.join(root, name)
+            for root, _dirs, files in os.walk(path)
+            if root != path
+            for name in files
+            if name.endswith(".parquet") and not name.startswith(".")
+        )
+        if not names and not nested:
             raise AnalysisError(f"{path}: directory holds no trace files ({', '.join(_TRACE_SUFFIXES)})")
-        return [os.path.join(path, name) for name in names]
+        return [os.path.join(path, name) for name in names] + nested
+    if not os.path.exists(path) and glob.has_magic(path):
+        matched = sorted(name for name in glob.glob(path, recursive=True) if os.path.isfile(name))
+        if not matched:
+            raise AnalysisError(f"{path}: no file matches this pattern")
+        return matched
     if not os.path.exists(path):
         raise AnalysisError(f"{path}: no such file or directory")
     if not os.path.isfile(path):

@@ -26,7 +26,8 @@ from brickscope.analysis._communication import MIN_RATIO
 from brickscope.analysis._diff import ALPHA, MIN_CHANGE_PCT, compare
 from brickscope.analysis._divergence import divergence
 from brickscope.analysis._engine import analyse, select
-from brickscope.analysis._load import AnalysisError, load
+from brickscope.analysis._engines import ENGINES, choose, load_with
+from brickscope.analysis._load import AnalysisError
 from brickscope.analysis._memory import HOTSPOT_SHARE
 from brickscope.analysis._peaks import Peak
 from brickscope.analysis._render import FORMATS, render, render_comparison
@@ -147,8 +148,9 @@ def run_diff(args: argparse.Namespace) -> int:
             " (--base A1 A2 A3 --new B1 B2 B3), or --allow-single-run to accept that"
         )
     try:
-        base = [_filtered(args, [run]) for run in base_runs]
-        new = [_filtered(args, [run]) for run in new_runs]
+        engine = _engine(args, [*base_runs, *new_runs])
+        base = [_filtered(args, [run], engine) for run in base_runs]
+        new = [_filtered(args, [run], engine) for run in new_runs]
         comparison = compare(base, new, alpha=args.alpha, min_change_pct=args.min_change)
     except AnalysisError as exc:
         return _fail(args, exc)
@@ -192,7 +194,8 @@ def _sides(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 def run_divergence(args: argparse.Namespace, base: str, new: str) -> int:
     """``diff --divergence``: 0 when the checksummed outputs agree, 1 when one differs (or bad input)."""
     try:
-        result = divergence(_filtered(args, [base]), _filtered(args, [new]))
+        engine = _engine(args, [base, new])
+        result = divergence(_filtered(args, [base], engine), _filtered(args, [new], engine))
     except AnalysisError as exc:
         return _fail(args, exc)
     if args.format == "json":
@@ -205,9 +208,9 @@ def run_divergence(args: argparse.Namespace, base: str, new: str) -> int:
     return EXIT_OK
 
 
-def _filtered(args: argparse.Namespace, inputs: list[str]) -> Any:
-    """One run's table with the --step/--rank/--device filters applied."""
-    table = _load(args, inputs)
+def _filtered(args: argparse.Namespace, inputs: list[str], engine: str = "memory") -> Any:
+    """One run's table (built by ``engine``) with the --step/--rank/--device filters applied."""
+    table = _load(args, inputs, engine)
     return select(table, steps=args.step, ranks=args.rank, devices=args.device)[0]
 
 
@@ -224,6 +227,12 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help="analyse the valid prefix of a truncated input (a writer killed mid-write) instead of failing",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="what builds the table: memory, or duckdb/spark over Parquet span files"
+        " (default: duckdb for Parquet inputs of 1M spans or more when installed, else memory)",
+    )
     parser.add_argument("--backend", choices=("numpy", "python"), help=argparse.SUPPRESS)
 
 
@@ -236,7 +245,7 @@ def run_report(args: argparse.Namespace) -> int:
     comm_min_ratio = _fraction("--comm-min-ratio", args.comm_min_ratio)
     memory_min_share = _fraction("--memory-min-share", args.memory_min_share)
     try:
-        table = _load(args, args.inputs)
+        table = _load(args, args.inputs, _engine(args, args.inputs))
         report = analyse(
             table, top=args.top, steps=args.step, ranks=args.rank, devices=args.device, peaks=peaks,
             comm_min_ratio=comm_min_ratio, memory_min_share=memory_min_share,
@@ -248,8 +257,17 @@ def run_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _load(args: argparse.Namespace, inputs: list[str]) -> Any:
-    """The inputs' table, with a progress line per file on stderr when it is a terminal."""
+def _engine(args: argparse.Namespace, inputs: list[str]) -> str:
+    """The engine of the command's inputs (all of them: one engine a command), said on stderr in
+    one line when it was chosen by default among several."""
+    choice = choose(inputs, args.engine)
+    if args.engine is None and choice.reason and not args.quiet:
+        print(f"brickscope {args.command}: {choice.reason}", file=sys.stderr)
+    return choice.engine
+
+
+def _load(args: argparse.Namespace, inputs: list[str], engine: str = "memory") -> Any:
+    """The inputs' table built by ``engine``, with a progress line per file on stderr when it is a terminal."""
     shown: list[Progress] = []
 
     def progress_for(path: str) -> Progress:
@@ -257,8 +275,8 @@ def _load(args: argparse.Namespace, inputs: list[str]) -> Any:
         return shown[-1]
 
     try:
-        table = load(
-            *inputs, backend=args.backend, allow_truncated=args.allow_truncated, progress_for=progress_for
+        table = load_with(
+            engine, inputs, backend=args.backend, allow_truncated=args.allow_truncated, progress_for=progress_for
         )
     finally:
         for progress in shown:

@@ -17,7 +17,9 @@ commands) reads through :func:`open_spans`, feeds exporters through
 :func:`replay`, and writes its outputs through :class:`AtomicOutput`
 (:func:`write_chrome_trace` writes spans as Chrome trace JSON); a format
 beyond OTLP JSON is added by registering a :class:`TraceFormat` under the
-``brickscope.readers`` entry-point group. Every command's ``--step`` is read by
+``brickscope.readers`` entry-point group. The Parquet span format is written by
+:class:`ParquetSpanWriter` and read like every other format (:func:`parquet_files` lists
+a dataset's files; :func:`parquet_schema` is its Arrow schema). Every command's ``--step`` is read by
 :func:`step_argument` (``N``, ``A:B``, ``A:``, ``:B``). Every reader leaves out spans that
 cannot be true (:func:`impossible`) and counts them by reason in ``SpanStream.dropped``.
 """
@@ -34,12 +36,14 @@ from brickscope.offline._integrity import (
 )
 from brickscope.offline._open import SpanStream, open_records, open_spans
 from brickscope.offline._output import AtomicOutput, OutputError, check_output, write_atomically
+from brickscope.offline._parquet_read import ParquetFormatError, check_parquet_schema, parquet_files
 from brickscope.offline._parquet_schema import (
     PARQUET_COLUMNS,
     PARQUET_SCHEMA_VERSION,
     Column,
     parquet_schema,
 )
+from brickscope.offline._parquet_write import ParquetSpanWriter
 from brickscope.offline._replay import Progress, replay
 from brickscope.offline._source import ProgressCallback, TraceSource
 from brickscope.offline._steps import StepRange, describe_steps, parse_steps, step_argument
@@ -54,6 +58,8 @@ __all__ = [
     "PARQUET_COLUMNS",
     "PARQUET_SCHEMA_VERSION",
     "Column",
+    "ParquetFormatError",
+    "ParquetSpanWriter",
     "Progress",
     "ProgressCallback",
     "SpanRecord",
@@ -68,7 +74,9 @@ __all__ = [
     "describe_steps",
     "impossible",
     "one_line",
+    "parquet_files",
     "parquet_schema",
+    "check_parquet_schema",
     "open_records",
     "open_spans",
     "parse_steps",

@@ -270,16 +270,16 @@ def _typed_array(pa: Any, column: Any, values: list[Any], spilled: list[dict[str
     """One attribute column as an Arrow array; values it cannot hold are spilled to ``attributes``."""
     arrow_type = parquet_schema().field(column.name).type
     n = len(values)
-    if values.count(None) == n:
-        return pa.nulls(n, arrow_type)
     key = column.key
-    if column.name == "kind":
+    if column.name == "kind":  # never null: "other" where the span is no brickscope scope
         for row, value in enumerate(values):
             if value not in KINDS:
                 if value is not None:
                     _spill(spilled, row, key, value)
                 values[row] = KIND_OTHER
         return pa.array(values, arrow_type)
+    if values.count(None) == n:
+        return pa.nulls(n, arrow_type)
     if column.name == "clock":
         kept = [value if value in CLOCKS else None for value in values]
         for row, value in enumerate(values):

@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Which engine builds a report's table: the in-memory one, DuckDB, or Spark.
+
+Every engine gives the same table of the same spans, so the same figures; they differ in
+what they read and how far they scale. The in-memory engine reads every format; the SQL
+engines read Parquet span files (``brickscope convert TRACE -o TRACE.parquet`` makes them).
+By default Parquet inputs of at least :data:`DUCKDB_MIN_SPANS` spans go to DuckDB when it is
+installed, everything else stays in memory (docs/analysis.md, "Engines").
+
+Example::
+
+    choice = choose(["runs/job-17/"], None)      # Choice(engine="duckdb", reason="...")
+    table = load_with(choice.engine, ["runs/job-17/"])
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from brickscope.analysis._load import AnalysisError, load
+
+#: The engines, as ``--engine`` names them.
+ENGINES = ("memory", "duckdb", "spark")
+#: Parquet inputs of at least this many spans go to DuckDB by default: below it the in-memory
+#: engine's table fits easily (about 0.7 KB a span) and starts faster than a DuckDB session.
+DUCKDB_MIN_SPANS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The engine chosen for some inputs, and why, in words: the line ``report`` prints when
+    it chose by itself among several (empty where only the in-memory engine reads the inputs)."""
+
+    engine: str
+    reason: str
+
+
+def is_parquet(path: str) -> bool:
+    """Whether an input names Parquet span files: a ``.parquet`` file, a glob, or a directory
+    holding ``*.parquet`` files (at any depth)."""
+    if os.path.isdir(path):
+        return bool(glob.glob(os.path.join(glob.escape(path), "**", "*.parquet"), recursive=True))
+    return path.endswith(".parquet") or glob.has_magic(path)
+
+
+def choose(inputs: Sequence[str], requested: str | None) -> Choice:
+    """The engine for ``inputs``: ``requested`` when given (checked it can read them), else the
+    default rule of the module docstring.
+
+    Raises:
+        AnalysisError: a SQL engine was asked for inputs that are not Parquet span files.
+    """
+    for path in map(os.fspath, inputs):
+        if not os.path.exists(path) and not glob.has_magic(path):
+            raise AnalysisError(f"{path}: no such file or directory")
+    parquet = bool(inputs) and all(is_parquet(os.fspath(path)) for path in inputs)
+    if requested is not None:
+        if requested != "memory" and not parquet:
+            other = next(os.fspath(path) for path in inputs if not is_parquet(os.fspath(path)))
+            raise AnalysisError(
+                f"{other}: --engine {requested} reads Parquet span files;"
+                f" convert it first (brickscope convert {other} -o {_stem(other)}.parquet) or use --engine memory"
+            )
+        return Choice(requested, f"engine {requested} (--engine)")
+    if not parquet:
+        return Choice("memory", "")
+    from brickscope.analysis import _duckdb
+
+    if not _duckdb.available():
+        return Choice("memory", "engine memory (duckdb is not installed: pip install 'brickscope[duckdb]')")
+    spans = _duckdb.count_spans(_duckdb.parquet_files(*map(os.fspath, inputs)))
+    if spans < DUCKDB_MIN_SPANS:
+        return Choice("memory", f"engine memory ({spans:,} spans, under {DUCKDB_MIN_SPANS:,}; --engine to choose)")
+    return Choice("duckdb", f"engine duckdb ({spans:,} spans in Parquet; --engine to choose)")
+
+
+def load_with(
+    engine: str,
+    inputs: Sequence[str],
+    *,
+    backend: str | None = None,
+    allow_truncated: bool = False,
+    progress_for: Callable[[str], Any] | None = None,
+) -> Any:
+    """The table of ``inputs`` built by ``engine`` (see :func:`choose`).
+
+    Raises:
+        AnalysisError: as :func:`~brickscope.analysis.load` and the engine's loader say, or
+            the engine is not installed.
+    """
+    if engine == "memory":
+        return load(*inputs, backend=backend, allow_truncated=allow_truncated, progress_for=progress_for)
+    if engine == "duckdb":
+        from brickscope.analysis._duckdb import load_parquet
+
+        label = os.path.basename(os.fspath(inputs[0]).rstrip(os.sep)) if len(inputs) == 1 else f"{len(inputs)} inputs"
+        progress = progress_for(f"{label} (duckdb)") if progress_for is not None else None
+        return load_parquet(*map(os.fspath, inputs), backend=backend, progress=progress)
+    raise AnalysisError(f"--engine {engine}: not available in this installation")
+
+
+def _stem(path: str) -> str:
+    name = os.path.basename(path.rstrip(os.sep))
+    for suffix in (".pftrace", ".json.gz", ".jsonl.gz", ".otlp.json", ".json", ".jsonl"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name

@@ -1,0 +1,213 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The analysis table's columns as SQL over the Parquet span format, for the SQL engines.
+
+One place defines, in SQL, what :class:`~brickscope.analysis._table.TableBuilder` makes of a
+span: which spans the readers leave out as impossible (``brickscope.offline.impossible``),
+and each column of :data:`~brickscope.analysis._table.COLUMNS` (codes, ``self`` with the
+overhead spans taken off their parent, ``duration``). The text is as portable as SQL gets;
+what one engine spells differently is a method of :class:`Dialect` (DuckDB's here, Spark's
+beside it), and nothing else in these queries may be engine-specific.
+
+The code lists (operations, ranks, devices, streams, launches) are not computed in SQL:
+the first span of each distinct key goes through the in-memory engine's own builder, in
+the order the in-memory engine reads them, so codes, labels and the communication rule are
+that builder's by construction; the SQL only joins the codes back onto every span.
+
+Example::
+
+    sql = spans_query(DUCKDB)        # a SELECT over the views ``bs_valid``, ``bs_op_codes``...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from brickscope.offline._integrity import (
+    END_BEFORE_START,
+    GPU_DURATION_TOLERANCE_NS,
+    INCONSISTENT_DURATION,
+    NEGATIVE_AMOUNT,
+    NEGATIVE_DURATION,
+    NO_END_TIME,
+    NO_START_TIME,
+    WALL_CLOCK_MIN_NS,
+)
+from brickscope.analysis._table import (
+    CLOCK_CUDA_CODE,
+    CLOCK_GPU_CODE,
+    CLOCK_HOST_CODE,
+    COLUMNS,
+    DTYPE_BYTES,
+    KIND_BRICK,
+    KIND_KERNEL,
+    KIND_OVERHEAD,
+)
+from brickscope.trace import attributes as A
+
+#: The columns of the Parquet span format the SQL engines read (the format's contract;
+#: docs/semantic-conventions.md). A file lacking one is refused, naming it.
+SOURCE_COLUMNS = (
+    "span_id", "parent_span_id", "name", "kind", "category", "start_ns", "end_ns", "clock", "self_ns",
+    "step", "layer", "thread_id", "resource", "rank", "device_ordinal", "stream", "elements", "bytes",
+    "output_shape", "dtype", "flops", "tokens", "kernel_grid", "kernel_block", "kernel_shared_mem_bytes",
+    "kernel_source_hash", "output_checksum", "attributes",
+    *(f"tile_{level}_{what}" for level in A.TILE_LEVELS for what in ("count", "ns", "elements")),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What one SQL engine spells its own way. Everything else in these queries is shared.
+
+    Attributes:
+        name: the engine (``duckdb``, ``spark``).
+        null_safe_equal: a format string ``{a}``/``{b}`` of equality where NULL equals NULL.
+        json_number: a format string ``{column}``/``{key}`` of a JSON object column's member
+            ``key`` as a DOUBLE when it is a JSON number, else NULL.
+        json_text: likewise, the member as text when it is a JSON string, else NULL.
+        list_product: a format string ``{column}`` of the product of a list of integers
+            (1 for an empty list).
+    """
+
+    name: str
+    null_safe_equal: str
+    json_number: str
+    json_text: str
+    list_product: str
+
+    def equal(self, a: str, b: str) -> str:
+        return self.null_safe_equal.format(a=a, b=b)
+
+    def number(self, column: str, key: str) -> str:
+        return self.json_number.format(column=column, key=key)
+
+    def text(self, column: str, key: str) -> str:
+        return self.json_text.format(column=column, key=key)
+
+    def product(self, column: str) -> str:
+        return self.list_product.format(column=column)
+
+
+DUCKDB = Dialect(
+    name="duckdb",
+    null_safe_equal="{a} IS NOT DISTINCT FROM {b}",
+    json_number=(
+        "CASE WHEN json_type({column}, '$.\"{key}\"') IN ('BIGINT', 'UBIGINT', 'DOUBLE')"
+        " THEN CAST(json_extract({column}, '$.\"{key}\"') AS DOUBLE) END"
+    ),
+    json_text=(
+        "CASE WHEN json_type({column}, '$.\"{key}\"') = 'VARCHAR'"
+        " THEN json_extract_string({column}, '$.\"{key}\"') END"
+    ),
+    list_product="list_reduce(list_prepend(CAST(1 AS BIGINT), {column}), lambda x, y: x * y)",
+)
+
+_TILE_NS = tuple(f"tile_{level}_ns" for level in A.TILE_LEVELS)
+_TILE_ELEMENTS = tuple(f"tile_{level}_elements" for level in A.TILE_LEVELS)
+
+
+def impossible_reason(d: Dialect) -> str:
+    """A SQL expression over a source row: the reason it is impossible (the names of
+    ``brickscope.offline.IMPOSSIBLE_REASONS``, in their precedence), or NULL."""
+    gpu_ns = d.number("attributes", A.GPU_DURATION_NS)
+    host_ns = d.number("attributes", A.HOST_DURATION_NS)
+    negative_ns = " OR ".join(f"{c} < 0" for c in ("self_ns", gpu_ns, host_ns, *_TILE_NS))
+    negative_amount = " OR ".join(f"{c} < 0" for c in ("bytes", "flops", "tokens", "elements", *_TILE_ELEMENTS))
+    tolerance = GPU_DURATION_TOLERANCE_NS
+    return f"""CASE
+        WHEN start_ns <> 0 AND end_ns = 0 THEN '{NO_END_TIME}'
+        WHEN start_ns = 0 AND end_ns >= {WALL_CLOCK_MIN_NS} THEN '{NO_START_TIME}'
+        WHEN end_ns < start_ns THEN '{END_BEFORE_START}'
+        WHEN {negative_ns} THEN '{NEGATIVE_DURATION}'
+        WHEN {negative_amount} THEN '{NEGATIVE_AMOUNT}'
+        WHEN self_ns > end_ns - start_ns
+            OR {gpu_ns} - (end_ns - start_ns) NOT BETWEEN -{tolerance} AND {tolerance}
+            THEN '{INCONSISTENT_DURATION}'
+        END"""
+
+
+def brick_name(d: Dialect) -> str:
+    """A kernel's enclosing brick (``brickscope.brick.name``, kept in the attributes column)."""
+    return d.text("attributes", A.BRICK_NAME)
+
+
+def first_rows_query() -> str:
+    """The order keys of the first valid span of each distinct key the code lists are made
+    of (over the view ``bs_valid``): operation, resource, GPU lane, kernel launch."""
+    lane = f"clock IN ('{A.CLOCK_CUDA}', '{A.CLOCK_GPU}') AND device_ordinal IS NOT NULL"
+    return f"""
+        SELECT min(ord) AS ord FROM bs_valid GROUP BY kind, name, category, brick_name
+        UNION SELECT min(ord) FROM bs_valid GROUP BY resource
+        UNION SELECT min(ord) FROM bs_valid WHERE {lane} GROUP BY resource, device_ordinal, stream
+        UNION SELECT min(ord) FROM bs_valid WHERE kind = '{A.SCOPE_KIND_KERNEL}'
+            GROUP BY kernel_grid, kernel_block, kernel_shared_mem_bytes"""
+
+
+def _dtype_bytes() -> str:
+    """The bytes of an element of the row's dtype name (``DTYPE_BYTES``), NULL when unknown."""
+    name = "CASE WHEN lower(dtype) LIKE 'torch.%' THEN substr(lower(dtype), 7)" \
+        " WHEN lower(dtype) LIKE 'np.%' THEN substr(lower(dtype), 4) ELSE lower(dtype) END"
+    cases = " ".join(f"WHEN '{key}' THEN {size}" for key, size in DTYPE_BYTES.items())
+    return f"CASE {name} {cases} END"
+
+
+def spans_query(d: Dialect) -> str:
+    """Every valid span as the analysis table's row: the columns of :data:`COLUMNS` plus
+    ``duration``, ``comm`` and ``ord`` (the in-memory engine's row order), over the views
+    ``bs_valid`` (the source rows that are not impossible, with ``ord`` and ``brick_name``)
+    and the code tables ``bs_op_codes``, ``bs_rank_codes``, ``bs_lane_codes`` and
+    ``bs_launch_codes``."""
+    tiles = ", ".join(
+        f"coalesce(s.tile_{level}_{what}, 0) AS tile_{level}_{what}"
+        for level in A.TILE_LEVELS
+        for what in ("count", "ns", "elements")
+    )
+    gpu_clock = f"s.clock IN ('{A.CLOCK_CUDA}', '{A.CLOCK_GPU}') AND s.device_ordinal IS NOT NULL"
+    output_bytes = (
+        f"CASE WHEN s.output_shape IS NULL OR s.dtype IS NULL THEN 0"
+        f" ELSE coalesce({d.product('s.output_shape')} * ({_dtype_bytes().replace('dtype', 's.dtype')}), 0) END"
+    )
+    coded = f"""
+        SELECT
+            s.ord,
+            o.op, o.kind_code AS kind, o.category_code AS category,
+            s.start_ns AS start, s.end_ns AS "end",
+            CASE WHEN o.kind_code = {KIND_BRICK} AND s.self_ns IS NOT NULL THEN s.self_ns
+                ELSE s.end_ns - s.start_ns END AS raw_self,
+            CASE s.clock WHEN '{A.CLOCK_CUDA}' THEN {CLOCK_CUDA_CODE} WHEN '{A.CLOCK_GPU}' THEN {CLOCK_GPU_CODE}
+                ELSE {CLOCK_HOST_CODE} END AS clock,
+            CASE WHEN {gpu_clock} THEN l.device ELSE -1 END AS device,
+            CASE WHEN {gpu_clock} THEN l.stream_code ELSE -1 END AS stream,
+            coalesce(s.step, -1) AS step, coalesce(s.layer, -1) AS layer, r.rank_code AS rank,
+            coalesce(s.thread_id, 0) AS thread, s.span_id, s.parent_span_id AS parent_id,
+            coalesce(s.elements, 0) AS elements,
+            coalesce(s.bytes, {output_bytes}) AS bytes,
+            coalesce(CAST(s.flops AS DOUBLE), 0.0) AS flops, coalesce(s.tokens, 0) AS tokens,
+            CASE WHEN o.kind_code = {KIND_KERNEL} THEN coalesce(k.launch, -1) ELSE -1 END AS launch,
+            coalesce(s.kernel_source_hash, 0) AS source, coalesce(s.output_checksum, 0) AS checksum,
+            {tiles},
+            o.comm
+        FROM bs_valid s
+        JOIN bs_op_codes o ON {d.equal('o.kind_name', 's.kind')} AND o.name = s.name
+            AND {d.equal('o.category_name', 's.category')} AND {d.equal('o.brick_name', 's.brick_name')}
+        JOIN bs_rank_codes r ON {d.equal('r.resource', 's.resource')}
+        LEFT JOIN bs_lane_codes l ON {d.equal('l.resource', 's.resource')}
+            AND l.device_ordinal = s.device_ordinal AND {d.equal('l.stream', 's.stream')}
+        LEFT JOIN bs_launch_codes k ON {d.equal('k.grid', 's.kernel_grid')}
+            AND {d.equal('k.block', 's.kernel_block')} AND {d.equal('k.smem', 's.kernel_shared_mem_bytes')}"""
+    # brickscope's own work is not its parent's (TableBuilder's _exclude_overhead): each
+    # overhead span's interval clipped to a host-clock, non-brick parent's comes off its self time
+    deduct = f"""
+        SELECT p.ord, sum(least(o."end", p."end") - greatest(o.start, p.start)) AS ns
+        FROM bs_coded o JOIN bs_coded p ON p.span_id = o.parent_id
+        WHERE o.kind = {KIND_OVERHEAD} AND p.kind <> {KIND_BRICK} AND p.clock = {CLOCK_HOST_CODE}
+            AND least(o."end", p."end") - greatest(o.start, p.start) > 0
+        GROUP BY p.ord"""
+    columns = ", ".join(
+        "greatest(0, c.raw_self - coalesce(x.ns, 0)) AS self" if name == "self" else f'c."{name}"'
+        for name in COLUMNS
+    )
+    return f"""
+        WITH bs_coded AS ({coded}), bs_deduct AS ({deduct})
+        SELECT c.ord, {columns}, c."end" - c.start AS duration, c.comm
+        FROM bs_coded c LEFT JOIN bs_deduct x ON x.ord = c.ord"""
