@@ -439,8 +439,12 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
     return None if a == b else f"{path}: {a!r} against {b!r}"
 
 
-def scale(sizes: list[int], ranks: int, directory: str, memory_max: int, spark_at: int) -> dict[str, Any]:
-    """Generate each size's dataset, run ``report`` with each engine on it, delete it."""
+def scale(
+    sizes: list[int], ranks: int, directory: str, memory_max: int, spark_at: int, cap_gb: float | None
+) -> dict[str, Any]:
+    """Generate each size's dataset, run ``report`` with each engine on it, delete it. A
+    report whose processes pass ``cap_gb`` (default: 90 % of the memory available when it
+    starts) is killed."""
     import shutil
 
     from _treerss import run_measured
@@ -469,7 +473,7 @@ def scale(sizes: list[int], ranks: int, directory: str, memory_max: int, spark_a
                     continue
                 load = os.getloadavg()[0]
                 command = ["report", root, "--engine", engine, "--format", "json"]
-                cap_mb = 0.9 * _available_memory_bytes() / 2**20
+                cap_mb = cap_gb * 1024 if cap_gb else 0.9 * _available_memory_bytes() / 2**20
                 measured = run_measured([sys.executable, "-m", "brickscope", *command], out, rss_cap_mb=cap_mb)
                 after = os.getloadavg()[0]
                 size["engines"][engine] = {**_figures(measured), "load_average": load, "load_average_after": after}
@@ -571,6 +575,9 @@ def main() -> None:
     parser.add_argument("--memory-max", default="10M", help="scale: largest size the in-memory engine runs at")
     parser.add_argument("--spark-at", default="10M", help="scale: the size Spark runs at")
     parser.add_argument("--json-out", help="scale: also write the results as JSON to this file")
+    parser.add_argument(
+        "--memory-cap-gb", type=float, help="scale: kill a report past this memory (default: 90%% of what is available)"
+    )
     args = parser.parse_args()
     if args.section == "_child":
         print(json.dumps(_child_pipeline(*args.args)))
@@ -587,7 +594,7 @@ def main() -> None:
             memory_max, spark_at = _size(args.memory_max), _size(args.spark_at)
         except (KeyError, ValueError) as error:
             parser.exit(2, f"analysis.py: error: sizes are 1M, 10M, 100M or a number of spans: {error}\n")
-        result = scale(sizes, args.ranks, args.dir, memory_max, spark_at)
+        result = scale(sizes, args.ranks, args.dir, memory_max, spark_at, args.memory_cap_gb)
         if args.json_out:
             with open(args.json_out, "w") as out:
                 json.dump(result, out, indent=1)
