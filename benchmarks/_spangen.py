@@ -156,10 +156,9 @@ class Template:
             pool_start[pool] = len(self.names)
             self.names.extend(members)
         self.categories = sorted({b.category for b in ALL_BRICKS})
-        # the intervals of a step: the step, its layers, its bricks (slots), its kernels
-        self.n_intervals = 1 + layers + len(self.slots) + sum(len(b.kernels) for b in self.slots)
-        self.kernel_slot: list[int] = []  # per kernel: its brick
-        self.kernel_part: list[tuple[int, int]] = []  # per kernel: (index in its brick, kernels in it)
+        # a row's interval: 0 the step, then its layers, its bricks (slots), its kernels
+        kernel_slot: list[int] = []  # per kernel: its brick
+        kernel_part: list[tuple[int, int]] = []  # per kernel: (index in its brick, kernels in it)
         rows: list[dict[str, Any]] = [dict(kind="step", interval=0, parent=-1, name=0, draw=1)]
         slot0 = 1 + layers
         kernel0 = slot0 + len(self.slots)
@@ -187,15 +186,15 @@ class Template:
                 rows.append(
                     dict(
                         kind="kernel",
-                        interval=kernel0 + len(self.kernel_slot),
+                        interval=kernel0 + len(kernel_slot),
                         parent=brick_row,
                         name=first,
                         draw=draw,
                         **common,
                     )
                 )
-                self.kernel_slot.append(slot)
-                self.kernel_part.append((part, len(brick.kernels)))
+                kernel_slot.append(slot)
+                kernel_part.append((part, len(brick.kernels)))
 
         for slot in range(len(HEAD_BRICKS)):
             add_brick(slot, 0, -1)
@@ -229,9 +228,9 @@ class Template:
         self.has_flops = self.is_brick & (k > 0)
         self.slot_base_ticks = np.array([b.base_us * 1000 / TICK_NS for b in self.slots])
         self.slot_comm = np.array([b.stream == "comm" for b in self.slots])
-        self.kernel_slot_a = np.array(self.kernel_slot, dtype=np.int64)
-        self.kernel_index = np.array([p for p, _ in self.kernel_part], dtype=np.int64)
-        self.kernel_count = np.array([c for _, c in self.kernel_part], dtype=np.int64)
+        self.kernel_slot = np.array(kernel_slot, dtype=np.int64)
+        self.kernel_index = np.array([p for p, _ in kernel_part], dtype=np.int64)
+        self.kernel_count = np.array([c for _, c in kernel_part], dtype=np.int64)
         self.brick_name = np.array([self.names.index(self.slots[s].name) for s in brick_of])
         # launch configurations: four per kernel position, (grid, block, shared memory)
         variant = np.where(self.is_kernel, self.interval % 4, 0)
@@ -264,7 +263,7 @@ def lay_out(
     layer_end = slot_end[:, in_layers].reshape(per_layer).max(axis=2)
     # kernels: one fills its brick but for the launch (1 µs) and tail (0.5 µs); of two,
     # the first takes the brick's first 70 %
-    k_start, k_end = slot_start[:, t.kernel_slot_a], slot_end[:, t.kernel_slot_a]
+    k_start, k_end = slot_start[:, t.kernel_slot], slot_end[:, t.kernel_slot]
     split = k_start + (k_end - k_start) * 7 // 10
     kernel_start = np.where(t.kernel_index == 0, k_start + 2, split + 1)
     kernel_end = np.where(t.kernel_index == t.kernel_count - 1, k_end - 1, split)
