@@ -445,11 +445,28 @@ def scale(
     """Generate each size's dataset, run ``report`` with each engine on it, delete it. A
     report whose processes pass ``cap_gb`` (default: 90 % of the memory available when it
     starts) is killed."""
+    import platform
     import shutil
+    from importlib.metadata import PackageNotFoundError, version
 
     from _treerss import run_measured
 
-    results: dict[str, Any] = {"ranks": ranks, "cpus": os.cpu_count(), "sizes": []}
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    results: dict[str, Any] = {
+        "ranks": ranks,
+        "cpus": os.cpu_count(),
+        "memory_gb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9,
+        "versions": {
+            "python": platform.python_version(),
+            **{name: installed(name) for name in ("pyarrow", "duckdb", "pyspark")},
+        },
+        "sizes": [],
+    }
     for spans in sizes:
         free = shutil.disk_usage(directory).free
         if free < spans * DISK_BYTES_PER_SPAN:
