@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("pyarrow")
 pytest.importorskip("brickscope.exporter.perfetto")
 
-from brickscope.cli import main  # noqa: E402
-from brickscope.offline import ParquetSpanWriter, open_spans  # noqa: E402
+from brickscope.cli import main
+from brickscope.offline import ParquetSpanWriter, open_spans
 
 GOLDEN = sorted((Path(__file__).parents[1] / "golden").glob("*.pftrace"))
 

@@ -20,7 +20,7 @@ back as a tuple, ``flops`` as a float, a short scope keyword under its full name
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from brickscope.trace import attributes as A
@@ -152,8 +152,10 @@ class SpanBatch:
         """Append every span of an iterable; how many were kept."""
         return sum(map(self.add, spans))
 
-    def take(self) -> Any:
-        """The spans appended so far as one ``pyarrow.RecordBatch``; the batch is then empty."""
+    def take(self, pace: Callable[[], object] | None = None) -> Any:
+        """The spans appended so far as one ``pyarrow.RecordBatch``; the batch is then empty.
+        ``pace`` is called between columns."""
+        pace = pace or _nothing
         pa = import_pyarrow()
         rows, self._rows = self._rows, []
         n = len(rows)
@@ -184,7 +186,9 @@ class SpanBatch:
             if short is not None:
                 _take_short(values, values_by_key[short], short, spilled)
             out[column.name] = _typed_array(pa, column, values, spilled)
+            pace()
 
+        pace()
         ordinals = out["device_ordinal"].to_pylist()
         out["device_model"] = pa.array(
             [
@@ -200,6 +204,7 @@ class SpanBatch:
         out["scope_version"] = pa.array([s.version if s is not None else None for s in scopes], pa.string())
         out["events"] = pa.array([_events_json(e) if e else None for e in events], pa.string())
         out["links"] = pa.array([_links_json(li) if li else None for li in links], pa.string())
+        pace()
         out["attributes"] = pa.array(_rest(attributes, spilled), pa.string())
         return pa.RecordBatch.from_arrays([out[c.name] for c in PARQUET_COLUMNS], schema=schema)
 
@@ -211,6 +216,10 @@ class SpanBatch:
             if row.kernel_sources is not None:
                 self.kernel_sources[row.kernel_sources] = None
         return entry[1]
+
+
+def _nothing() -> None:
+    return None
 
 
 def _id_array(pa: Any, ids: tuple[int, ...]) -> Any:
