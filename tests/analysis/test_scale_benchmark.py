@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""benchmarks/_spangen.py: the Parquet datasets the scale benchmark analyses are in the
-format's schema, partitioned by rank, and hold a consistent span tree (figures by hand)."""
+"""benchmarks/analysis.py scale: the Parquet datasets it generates (benchmarks/_spangen.py)
+are in the format's schema, partitioned by rank, and hold a consistent span tree (figures
+by hand); its memory readings (benchmarks/_treerss.py) and its comparison of two engines'
+reports say what happened."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ def _load(name: str):
 
 spangen = _load("_spangen")
 treerss = _load("_treerss")
+bench = _load("analysis")
 
 # 2 layers: a step is 1 step + 2 layers x (1 layer + 11 bricks + 12 kernels) + 4 bricks
 # (embedding, final_norm, lm_head, sampling) + 3 kernels = 56 spans
@@ -201,3 +204,25 @@ def test_a_tree_past_the_memory_cap_is_killed():
     measured = treerss.run_measured([sys.executable, "-c", hog], "/dev/null", rss_cap_mb=64)
     assert measured["rc"] == -9 and measured["killed"] == "killed: its memory passed 64 MB"
     assert measured["peak_rss_mb"] > 64
+
+
+def test_reports_compared_figure_by_figure():
+    a = {"schema": 1, "sources": ["a/"], "operations": [{"name": "x", "self_ns": 10, "share": 0.1}]}
+    same = {"schema": 1, "sources": ["b/"], "operations": [{"name": "x", "self_ns": 10, "share": 0.1 + 1e-17}]}
+    assert bench._first_difference(a, same) is None  # the inputs' names are no figure; floats to 1e-9
+    other = {**a, "operations": [{"name": "x", "self_ns": 11, "share": 0.1}]}
+    assert bench._first_difference(a, other) == ".operations[0].self_ns: 10 against 11"
+    assert bench._first_difference(a, {**a, "operations": []}) == ".operations: 1 against 0 entries"
+    assert bench._first_difference(a, {**a, "notes": ["cut"]}) == ".notes: None against ['cut']"
+
+
+def test_growth_from_size_to_size():
+    def size(spans, wall, rss, rc=0):
+        run = {"rc": rc, "wall_s": wall, "peak_rss_mb": rss}
+        return {"spans": spans, "generate": run, "engines": {"duckdb": run, "memory": {"skipped": "why"}, "spark": run}}
+
+    sizes = [size(1_000, 2.0, 100.0), size(10_000, 30.0, 400.0), size(100_000, 0.0, 0.0, rc=-9)]
+    growth = bench._growth(sizes)
+    # 10x the spans: 15x the time, 4x the memory; a killed run is no size to grow to
+    assert growth["duckdb"] == [{"from_spans": 1_000, "to_spans": 10_000, "spans": 10.0, "wall": 15.0, "peak_rss": 4.0}]
+    assert growth["memory"] == []
