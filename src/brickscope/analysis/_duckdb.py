@@ -163,7 +163,7 @@ class _Load:
 
     def table(self) -> Table:
         for path in self.files:
-            _check_file(self.con, path)
+            self._check(path)
         self._views()
         impossible, notes, valid = self._impossible()
         builder = TableBuilder(self.be)
@@ -190,6 +190,9 @@ class _Load:
         )
         _require_work(table, self.files[0] if len(self.files) == 1 else f"{len(self.files)} files")
         return table
+
+    def _check(self, path: str) -> None:
+        _check_file(self.con, path)
 
     def _views(self) -> None:
         con = self.con
@@ -254,26 +257,31 @@ class _Load:
                 lanes[(resource, ordinal, stream)] = (row[7], row[8])
             if row[19] >= 0:
                 launches[(_key(grid), _key(block), smem)] = row[19]
-        con = self.con
-        con.execute(
-            "CREATE TEMP TABLE bs_op_codes (kind_name VARCHAR, name VARCHAR, category_name VARCHAR,"
-            " brick_name VARCHAR, op BIGINT, kind_code BIGINT, category_code BIGINT, comm BOOLEAN)"
+        self._code_table(
+            "bs_op_codes",
+            (("kind_name", "VARCHAR"), ("name", "VARCHAR"), ("category_name", "VARCHAR"), ("brick_name", "VARCHAR"),
+             ("op", "BIGINT"), ("kind_code", "BIGINT"), ("category_code", "BIGINT"), ("comm", "BOOLEAN")),
+            [(*k, *v) for k, v in ops.items()],
+        )  # fmt: skip
+        self._code_table("bs_rank_codes", (("resource", "VARCHAR"), ("rank_code", "BIGINT")), list(ranks.items()))
+        self._code_table(
+            "bs_lane_codes",
+            (("resource", "VARCHAR"), ("device_ordinal", "BIGINT"), ("stream", "BIGINT"), ("device", "BIGINT"),
+             ("stream_code", "BIGINT")),
+            [(*k, *v) for k, v in lanes.items()],
+        )  # fmt: skip
+        self._code_table(
+            "bs_launch_codes",
+            (("grid", "BIGINT[]"), ("block", "BIGINT[]"), ("smem", "BIGINT"), ("launch", "BIGINT")),
+            [(_list(g), _list(b), s, code) for (g, b, s), code in launches.items()],
         )
-        con.executemany("INSERT INTO bs_op_codes VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [(*k, *v) for k, v in ops.items()])
-        con.execute("CREATE TEMP TABLE bs_rank_codes (resource VARCHAR, rank_code BIGINT)")
-        con.executemany("INSERT INTO bs_rank_codes VALUES (?, ?)", list(ranks.items()))
-        con.execute(
-            "CREATE TEMP TABLE bs_lane_codes (resource VARCHAR, device_ordinal BIGINT, stream BIGINT,"
-            " device BIGINT, stream_code BIGINT)"
-        )
-        if lanes:
-            con.executemany("INSERT INTO bs_lane_codes VALUES (?, ?, ?, ?, ?)", [(*k, *v) for k, v in lanes.items()])
-        con.execute("CREATE TEMP TABLE bs_launch_codes (grid BIGINT[], block BIGINT[], smem BIGINT, launch BIGINT)")
-        if launches:
-            con.executemany(
-                "INSERT INTO bs_launch_codes VALUES (?, ?, ?, ?)",
-                [(_list(g), _list(b), s, code) for (g, b, s), code in launches.items()],
-            )
+
+    def _code_table(self, name: str, columns: tuple[tuple[str, str], ...], rows: list[tuple[Any, ...]]) -> None:
+        """A table of codes the queries join on: ``columns`` as (name, type), types spelled
+        VARCHAR, BIGINT, BOOLEAN or BIGINT[] (the Spark engine spells them its way)."""
+        self.con.execute(f"CREATE TEMP TABLE {name} ({', '.join(f'{c} {t}' for c, t in columns)})")
+        if rows:
+            self.con.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * len(columns))})", rows)
 
     def _columns(self) -> dict[str, Any]:
         """Every column of the table, in the in-memory engine's row order."""

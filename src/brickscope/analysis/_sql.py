@@ -102,6 +102,24 @@ DUCKDB = Dialect(
     list_product="list_reduce(list_prepend(CAST(1 AS BIGINT), {column}), lambda x, y: x * y)",
 )
 
+#: Spark SQL (4.0 or later: VARIANT for the JSON members; the queries' double-quoted
+#: identifiers need ``spark.sql.ansi.doubleQuotedIdentifiers``, which the Spark engine sets).
+#: A JSON number parses as BIGINT, DOUBLE or DECIMAL(p,s) (1.5 is DECIMAL(2,1), 2**64-1 DECIMAL(20,0)).
+SPARK = Dialect(
+    name="spark",
+    null_safe_equal="{a} <=> {b}",
+    json_number=(
+        "CASE WHEN schema_of_variant(variant_get(try_parse_json({column}), '$[\"{key}\"]'))"
+        " RLIKE '^(BIGINT|DOUBLE|DECIMAL\\\\(.*)$'"
+        " THEN try_variant_get(try_parse_json({column}), '$[\"{key}\"]', 'double') END"
+    ),
+    json_text=(
+        "CASE WHEN schema_of_variant(variant_get(try_parse_json({column}), '$[\"{key}\"]')) = 'STRING'"
+        " THEN variant_get(try_parse_json({column}), '$[\"{key}\"]', 'string') END"
+    ),
+    list_product="aggregate({column}, CAST(1 AS BIGINT), (acc, x) -> acc * x)",
+)
+
 _TILE_NS = tuple(f"tile_{level}_ns" for level in A.TILE_LEVELS)
 _TILE_ELEMENTS = tuple(f"tile_{level}_elements" for level in A.TILE_LEVELS)
 
