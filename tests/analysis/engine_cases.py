@@ -11,7 +11,6 @@ threads, work amounts, tiles, and impossible spans of every reason.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,96 +24,13 @@ from brickscope.trace import attributes as A
 T0 = 1_700_000_000_000_000_000
 US = 1_000
 
-#: Columns of the Parquet span format written from typed attributes: column -> attribute key(s).
-_TYPED = {
-    "kind": (A.SCOPE_KIND,),
-    "category": (A.BRICK_CATEGORY,),
-    "clock": (A.CLOCK,),
-    "self_ns": (A.BRICK_SELF_DURATION_NS,),
-    "step": (A.STEP_NUMBER,),
-    "layer": (A.LAYER_INDEX,),
-    "thread_id": (A.THREAD_ID,),
-    "device_ordinal": (A.GPU_DEVICE_ID,),
-    "stream": (A.GPU_STREAM_ID,),
-    "elements": (A.BRICK_ELEMENTS,),
-    "bytes": (A.WORK_BYTES, "bytes"),
-    "output_shape": (A.WORK_OUTPUT_SHAPE, "output_shape"),
-    "dtype": (A.WORK_DTYPE, "dtype"),
-    "flops": (A.WORK_FLOPS, "flops"),
-    "tokens": (A.STEP_TOKENS, "tokens"),
-    "kernel_grid": (A.KERNEL_GRID,),
-    "kernel_block": (A.KERNEL_BLOCK,),
-    "kernel_shared_mem_bytes": (A.KERNEL_SHARED_MEM_BYTES,),
-    "kernel_source_hash": (A.KERNEL_SOURCE_HASH,),
-    "output_checksum": (A.OUTPUT_CHECKSUM,),
-    **{
-        f"tile_{level}_{what}": (key.format(level),)
-        for level in A.TILE_LEVELS
-        for what, key in (("count", A.TILE_COUNT), ("ns", A.TILE_DURATION_NS), ("elements", A.TILE_ELEMENTS))
-    },
-}
 
+def write_parquet(spans: Iterable[Any], path: Path, *, row_group_rows: int = 50) -> Path:
+    """Write ``spans`` as a Parquet span file (the format's own writer)."""
+    from brickscope.offline import ParquetSpanWriter
 
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _hash(value: Any) -> int | None:
-    if value is None:
-        return None
-    return _signed(int(value, 16) if isinstance(value, str) else int(value))
-
-
-def write_parquet(spans: Iterable[Any], path: Path, *, row_group_size: int = 50) -> Path:
-    """Write ``spans`` as a Parquet span file of schema version 1 (one row a span)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    rows: dict[str, list[Any]] = {name: [] for name in (
-        "run", "trace_id", "span_id", "parent_span_id", "name", "start_ns", "end_ns", "rank",
-        "service_name", "service_instance_id", "host_name", "pid", "status_code", "attributes", "resource",
-        *_TYPED,
-    )}  # fmt: skip
-    for span in spans:
-        attributes = dict(span.attributes or {})
-        resource = dict(span.resource.attributes)
-        rows["run"].append("test")
-        rows["trace_id"].append(span.context.trace_id.to_bytes(16, "big"))
-        rows["span_id"].append(_signed(span.context.span_id))
-        rows["parent_span_id"].append(_signed(span.parent.span_id) if span.parent is not None else 0)
-        rows["name"].append(span.name)
-        rows["start_ns"].append(span.start_time)
-        rows["end_ns"].append(span.end_time)
-        rows["rank"].append(None if resource.get(A.RANK) is None else str(resource[A.RANK]))
-        rows["service_name"].append(resource.get("service.name"))
-        rows["service_instance_id"].append(resource.get("service.instance.id"))
-        rows["host_name"].append(resource.get(A.HOST_NAME))
-        rows["pid"].append(resource.get("process.pid"))
-        rows["status_code"].append(0)
-        rows["resource"].append(json.dumps({k: list(v) if isinstance(v, tuple) else v for k, v in resource.items()}))
-        for column, keys in _TYPED.items():
-            value = next((attributes.pop(key) for key in keys if key in attributes), None)
-            if column in ("kernel_source_hash", "output_checksum"):
-                value = _hash(value)
-            elif column in ("kernel_grid", "kernel_block", "output_shape") and value is not None:
-                value = list(value)
-            rows[column].append(value)
-        rows["kind"][-1] = rows["kind"][-1] or "other"
-        rows["clock"][-1] = rows["clock"][-1] or "host"
-        rows["attributes"].append(json.dumps(attributes) if attributes else None)
-    int_columns = {"span_id", "parent_span_id", "start_ns", "end_ns", "pid", *(
-        c for c in _TYPED if c not in ("kind", "category", "clock", "dtype", "flops", "kernel_grid", "kernel_block",
-                                       "output_shape"))}  # fmt: skip
-    types = {
-        "trace_id": pa.binary(16),
-        "status_code": pa.int8(),
-        "flops": pa.float64(),
-        **{c: pa.list_(pa.int64()) for c in ("kernel_grid", "kernel_block", "output_shape")},
-        **{c: pa.int64() for c in int_columns},
-    }
-    table = pa.table({name: pa.array(values, type=types.get(name, pa.string())) for name, values in rows.items()})
-    table = table.replace_schema_metadata({"brickscope.schema_version": "1"})
-    pq.write_table(table, path, row_group_size=row_group_size, compression="zstd")
+    with ParquetSpanWriter(path, row_group_rows=row_group_rows) as writer:
+        writer.write(spans)
     return path
 
 

@@ -1,50 +1,171 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The SQL engines against the in-memory engine: the same spans give the same report, every section."""
+"""The SQL engines against the in-memory engine: the same Parquet spans give the same report,
+every section of its JSON."""
 
 from __future__ import annotations
 
-import sys
+import json
+from pathlib import Path
 
 import pytest
 
-from brickscope.analysis import analyse, load_spans, to_json
-from brickscope.offline import describe_impossible, impossible
+from brickscope.analysis import AnalysisError, _engines, analyse, load, to_json
+from brickscope.cli import main
+from brickscope.offline import ParquetSpanWriter, open_spans
 
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
+from brickscope.analysis._duckdb import load_parquet
 
 
-
-def _memory_report(spans, path, backend, **options):
-    """The in-memory engine's report of the valid spans, with the impossible ones counted as a
-    reader of ``path`` counts them."""
-    dropped: dict[str, int] = {}
-    valid = []
-    for span in spans:
-        reason = impossible(span.start_time, span.end_time, span.attributes)
-        if reason is None:
-            valid.append(span)
-        else:
-            dropped[reason] = dropped.get(reason, 0) + 1
-    table = load_spans(valid, backend=backend)
-    table.sources = [str(path)]
-    table.impossible = dropped
-    if dropped:
-        count = sum(dropped.values())
-        table.notes = [f"{path}: {count:,} impossible {'span' if count == 1 else 'spans'} left out"
-                       f" ({describe_impossible(dropped)})"]
-    return to_json(analyse(table, **options))
+def _duckdb(*inputs, backend):
+    return load_parquet(*map(str, inputs), backend=backend, memory_limit="256MB", threads=2)
 
 
 @pytest.mark.parametrize("seed", range(12))
 def test_duckdb_gives_the_in_memory_report(seed, tmp_path, backend, engine_cases):
     """Every section of the report JSON is the in-memory engine's, on traces of every shape."""
-    from brickscope.analysis._duckdb import load_parquet
-
     spans = engine_cases.generate(seed, steps=2 + seed % 3, ranks=1 + seed % 4)
-    path = engine_cases.write_parquet(spans, tmp_path / "trace.parquet", row_group_size=7 + seed)
-    expected = _memory_report(spans, path, backend, top=5)
-    got = to_json(analyse(load_parquet(str(path), backend=backend, memory_limit="256MB", threads=2), top=5))
+    path = engine_cases.write_parquet(spans, tmp_path / "trace.parquet", row_group_rows=7 + seed)
+    expected = to_json(analyse(load(path, backend=backend), top=5))
+    got = to_json(analyse(_duckdb(path, backend=backend), top=5))
+    assert got.keys() == expected.keys()
     for section in expected:
         assert got[section] == expected[section], section
+
+
+def test_a_dataset_directory_reads_as_the_in_memory_engine_reads_it(tmp_path, backend, engine_cases):
+    """Per-rank files in subdirectories, and one beside them: same files, same order, same report."""
+    spans = engine_cases.generate(3, steps=3, ranks=4)
+    ranks = sorted({span.resource.attributes.get("brickscope.rank") for span in spans}, key=str)
+    for index, rank in enumerate(ranks):
+        mine = [span for span in spans if span.resource.attributes.get("brickscope.rank") == rank]
+        where = tmp_path / "job" / (f"rank-{rank}" if index else "")
+        where.mkdir(parents=True, exist_ok=True)
+        engine_cases.write_parquet(mine, where / f"part-{index}.parquet")
+    expected = to_json(analyse(load(tmp_path / "job", backend=backend)))
+    got = to_json(analyse(_duckdb(tmp_path / "job", backend=backend)))
+    assert len(got["sources"]) == 4
+    assert got == expected
+
+
+def test_filters_select_the_same_rows(tmp_path, engine_cases):
+    """--step, --rank and --device act on the DuckDB table as on the in-memory one."""
+    spans = engine_cases.generate(7, steps=4, ranks=4)
+    path = engine_cases.write_parquet(spans, tmp_path / "trace.parquet")
+    memory, sql = load(path), _duckdb(path, backend=None)
+    options = {"steps": (1, 3), "ranks": [memory.ranks[1], memory.ranks[2]], "devices": [0]}
+    assert to_json(analyse(sql, **options)) == to_json(analyse(memory, **options))
+
+
+class TestRefusals:
+    """A file the engine cannot read exactly is refused in one line naming it."""
+
+    def test_a_parquet_file_of_another_schema(self, tmp_path):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = tmp_path / "other.parquet"
+        pq.write_table(pa.table({"x": [1, 2]}), path)
+        with pytest.raises(AnalysisError, match=rf"^{path}: not a brickscope span file"):
+            _duckdb(path, backend=None)
+
+    def test_a_newer_schema_version(self, tmp_path, engine_cases):
+        import pyarrow.parquet as pq
+
+        path = engine_cases.write_parquet(engine_cases.generate(1), tmp_path / "t.parquet")
+        table = pq.read_table(path)
+        pq.write_table(table.replace_schema_metadata({"brickscope.schema_version": "2"}), path)
+        with pytest.raises(AnalysisError, match=rf"^{path}: schema version 2 is newer"):
+            _duckdb(path, backend=None)
+
+    def test_a_missing_column(self, tmp_path, engine_cases):
+        import pyarrow.parquet as pq
+
+        path = engine_cases.write_parquet(engine_cases.generate(1), tmp_path / "t.parquet")
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns(["self_ns"]), path)
+        with pytest.raises(AnalysisError, match=rf"^{path}: missing column self_ns$"):
+            _duckdb(path, backend=None)
+
+    def test_not_a_parquet_file(self, tmp_path):
+        path = tmp_path / "t.parquet"
+        path.write_bytes(b"not parquet at all")
+        with pytest.raises(AnalysisError, match=rf"^{path}: not a complete Parquet file"):
+            _duckdb(path, backend=None)
+
+    def test_an_analysis_attribute_of_another_type(self, tmp_path, engine_cases):
+        """A text step number is kept in the attributes JSON, which SQL does not read as the
+        in-memory engine does (it parses "3" as 3): refused rather than counted otherwise."""
+        from brickscope.testing import make_span
+        from brickscope.trace import attributes as A
+
+        spans = engine_cases.generate(1)
+        spans.append(make_span(99, "odd", 10**18, 10**18 + 5, attributes={A.SCOPE_KIND: "brick", A.STEP_NUMBER: "3"}))
+        path = engine_cases.write_parquet(spans, tmp_path / "t.parquet")
+        with pytest.raises(AnalysisError, match=rf"^{path}: 1 spans hold brickscope.step.number"):
+            _duckdb(path, backend=None)
+
+
+GOLDEN = sorted((Path(__file__).parents[1] / "golden").glob("*.pftrace"))
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem)
+def test_golden_traces_report_the_same_on_both_engines(tmp_path, path):
+    """Traces recorded by the real pipeline, converted to Parquet: the same report on both engines."""
+    pytest.importorskip("brickscope.exporter.perfetto")
+    converted = tmp_path / f"{path.stem}.parquet"
+    with ParquetSpanWriter(converted) as writer, open_spans(path) as spans:
+        writer.write(spans)
+    assert to_json(analyse(_duckdb(converted, backend=None), top=5)) == to_json(analyse(load(converted), top=5))
+
+
+class TestCommandLine:
+    """``--engine`` on report and diff, and the default choice said on stderr."""
+
+    def _trace(self, tmp_path, engine_cases, seed=2):
+        return str(engine_cases.write_parquet(engine_cases.generate(seed, ranks=3), tmp_path / f"t{seed}.parquet"))
+
+    def test_report_json_is_the_same_on_both_engines(self, tmp_path, capsys, engine_cases):
+        path = self._trace(tmp_path, engine_cases)
+        assert main(["report", path, "--format", "json", "--engine", "duckdb", "-q"]) == 0
+        sql = capsys.readouterr()
+        assert main(["report", path, "--format", "json", "--engine", "memory", "-q"]) == 0
+        assert json.loads(sql.out) == json.loads(capsys.readouterr().out)
+
+    def test_the_default_choice_is_said_in_one_line(self, tmp_path, capsys, engine_cases, monkeypatch):
+        """Small Parquet inputs stay in memory, large ones go to DuckDB; stderr says which and why."""
+        path = self._trace(tmp_path, engine_cases)
+        assert main(["report", path, "--format", "json"]) == 0
+        said = [line for line in capsys.readouterr().err.splitlines() if "engine" in line]
+        assert said == [
+            f"brickscope report: engine memory ({_rows(path):,} spans, under 1,000,000; --engine to choose)"
+        ]
+        monkeypatch.setattr(_engines, "DUCKDB_MIN_SPANS", 10)
+        assert main(["report", path, "--format", "json"]) == 0
+        said = [line for line in capsys.readouterr().err.splitlines() if "engine" in line]
+        assert said == [f"brickscope report: engine duckdb ({_rows(path):,} spans in Parquet; --engine to choose)"]
+
+    def test_diff_on_duckdb_is_the_in_memory_diff(self, tmp_path, capsys, engine_cases):
+        base, new = self._trace(tmp_path, engine_cases, 2), self._trace(tmp_path, engine_cases, 5)
+        assert main(["diff", base, new, "--format", "json", "--engine", "duckdb", "-q"]) == 0
+        sql = capsys.readouterr().out
+        assert main(["diff", base, new, "--format", "json", "--engine", "memory", "-q"]) == 0
+        assert json.loads(sql) == json.loads(capsys.readouterr().out)
+
+    def test_a_sql_engine_refuses_other_formats_in_one_line(self, tmp_path, capsys):
+        trace = tmp_path / "t.json"
+        trace.write_text("{}")
+        assert main(["report", str(trace), "--engine", "duckdb"]) == 1
+        err = capsys.readouterr().err
+        assert err == (
+            f"brickscope report: {trace}: --engine duckdb reads Parquet span files; convert it first"
+            f" (brickscope convert {trace} -o t.parquet) or use --engine memory\n"
+        )
+
+
+def _rows(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows

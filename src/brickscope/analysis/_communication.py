@@ -21,11 +21,16 @@ from brickscope.analysis._table import KIND_BRICK, KIND_KERNEL, Table
 MIN_RATIO = 0.10
 
 
-def communication(
-    table: Table, operations: tuple[OperationStats, ...], min_ratio: float = MIN_RATIO
-) -> Communication:
+def communication(table: Table, operations: tuple[OperationStats, ...], min_ratio: float = MIN_RATIO) -> Communication:
     """Communication totals per operation (from the per-operation statistics), the bottlenecks
     (operations holding at least ``min_ratio`` of their kind's self time) and exposure per device."""
+    return communication_of(table, operations, _exposure(table), min_ratio)
+
+
+def communication_of(
+    table: Table, operations: tuple[OperationStats, ...], devices: tuple[Exposure, ...], min_ratio: float = MIN_RATIO
+) -> Communication:
+    """The section from the per-operation statistics and the exposure per device (:func:`exposure_of`)."""
     communicating = {(op.kind, op.name, op.category) for op in table.operations if op.communication}
     selves = {kind: sum(s.self_ns for s in operations if s.kind == kind) for kind in ("brick", "kernel")}
     ops = tuple(
@@ -37,7 +42,6 @@ def communication(
     )
     bricks = [op for op in ops if op.kind == "brick"]
     total = sum(op.self_ns for op in bricks)
-    devices = _exposure(table)
     return Communication(
         total_ns=total,
         share=total / selves["brick"] if selves["brick"] else 0.0,
@@ -64,9 +68,15 @@ def _exposure(table: Table) -> tuple[Exposure, ...]:
     c_ns = union_ns(be, *c_parts, n)
     k_ns = union_ns(be, *k_parts, n)
     both = union_ns(be, *concat(be, c_parts, k_parts), n)
+    return exposure_of(table, c_ns, k_ns, both)
+
+
+def exposure_of(table: Table, comm_ns: list[int], compute_ns: list[int], both_ns: list[int]) -> tuple[Exposure, ...]:
+    """Exposure per device from the busy time of its GPU-timed communication, of its other
+    GPU-timed work, and of both (lists by device code)."""
     out = []
-    for code in range(n):
-        if c_ns[code]:
-            overlapped = c_ns[code] + k_ns[code] - both[code]
-            out.append(Exposure(table.device_label(code), c_ns[code], overlapped, c_ns[code] - overlapped))
+    for code in range(len(table.devices)):
+        if comm_ns[code]:
+            overlapped = comm_ns[code] + compute_ns[code] - both_ns[code]
+            out.append(Exposure(table.device_label(code), comm_ns[code], overlapped, comm_ns[code] - overlapped))
     return tuple(out)

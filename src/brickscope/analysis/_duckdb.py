@@ -19,7 +19,6 @@ Example::
 from __future__ import annotations
 
 import array
-import glob
 import json
 import os
 import tempfile
@@ -29,14 +28,19 @@ from collections.abc import Callable
 from typing import Any
 
 from brickscope.analysis._backend import get_backend
-from brickscope.analysis._load import AnalysisError, _require_work
-from brickscope.analysis._sql import DUCKDB, SOURCE_COLUMNS, brick_name, first_rows_query, impossible_reason, spans_query
+from brickscope.analysis._load import AnalysisError, _expand, _require_work
+from brickscope.analysis._sql import (
+    DUCKDB,
+    SOURCE_COLUMNS,
+    first_rows_query,
+    impossible_reason,
+    spans_query,
+    untyped_query,
+)
 from brickscope.analysis._table import _KEYS, COLUMNS, Table, TableBuilder
 from brickscope.offline import describe_impossible
 from brickscope.trace import attributes as A
 
-#: The newest Parquet span schema version this engine reads (file metadata ``brickscope.schema_version``).
-SCHEMA_VERSION = 1
 #: DuckDB's memory limit when none is given: a share of the machine's memory, leaving the rest to
 #: the operating system's file cache that Parquet scans live on.
 MEMORY_SHARE = 0.5
@@ -65,28 +69,13 @@ def available() -> bool:
 
 
 def parquet_files(*inputs: str) -> list[str]:
-    """The Parquet files named by ``inputs``: files, directories (every ``*.parquet`` below,
-    recursively) and globs, each expanded in sorted order.
+    """The files named by ``inputs`` (files, directories, globs), in the order the in-memory
+    engine reads them (``brickscope.analysis.load``): the same order, the same rows.
 
     Raises:
-        AnalysisError: an input matches no Parquet file.
+        AnalysisError: an input is missing, or names no trace file.
     """
-    files: list[str] = []
-    for item in map(os.fspath, inputs):
-        if os.path.isdir(item):
-            found = sorted(glob.glob(os.path.join(glob.escape(item), "**", "*.parquet"), recursive=True))
-            if not found:
-                raise AnalysisError(f"{item}: directory holds no Parquet files (*.parquet)")
-        elif os.path.isfile(item):
-            found = [item]
-        elif glob.has_magic(item):
-            found = sorted(path for path in glob.glob(item, recursive=True) if os.path.isfile(path))
-            if not found:
-                raise AnalysisError(f"{item}: no file matches this pattern")
-        else:
-            raise AnalysisError(f"{item}: no such file or directory")
-        files.extend(found)
-    return files
+    return [path for item in inputs for path in _expand(os.fspath(item))]
 
 
 def count_spans(files: list[str]) -> int:
@@ -158,6 +147,9 @@ def load_parquet(
 class _Load:
     """One load: the views over the files, the code lists, the table."""
 
+    #: How the queries are spelled (the Spark engine runs this load with its own).
+    dialect = DUCKDB
+
     def __init__(self, con: Any, files: list[str], be: Any, progress: ProgressCallback | None) -> None:
         self.con, self.files, self.be, self.progress = con, files, be, progress
 
@@ -165,6 +157,12 @@ class _Load:
         for path in self.files:
             self._check(path)
         self._views()
+        untyped, key = self._query(untyped_query(self.dialect))[0]
+        if untyped:
+            raise AnalysisError(
+                f"{self._what()}: {untyped:,} spans hold {key} (or another attribute the analysis reads) with a value"
+                " of another type than its column's (kept in the attributes column); --engine memory reads them"
+            )
         impossible, notes, valid = self._impossible()
         builder = TableBuilder(self.be)
         self._codes(builder)
@@ -188,11 +186,14 @@ class _Load:
             launches=list(builder._launches),
             kernel_sources=dict(builder._kernel_sources),
         )
-        _require_work(table, self.files[0] if len(self.files) == 1 else f"{len(self.files)} files")
+        _require_work(table, self._what())
         return table
 
+    def _what(self) -> str:
+        return self.files[0] if len(self.files) == 1 else f"{len(self.files)} files"
+
     def _check(self, path: str) -> None:
-        _check_file(self.con, path)
+        _check_file(path)
 
     def _views(self) -> None:
         con = self.con
@@ -202,11 +203,10 @@ class _Load:
         columns = ", ".join(f"s.{name}" for name in SOURCE_COLUMNS)
         con.execute(f"""
             CREATE TEMP VIEW bs_source AS
-            SELECT {columns}, f.idx AS file, (f.idx << {_ORD_SHIFT}) + s.file_row_number AS ord,
-                {brick_name(DUCKDB)} AS brick_name
+            SELECT {columns}, f.idx AS file, (f.idx << {_ORD_SHIFT}) + s.file_row_number AS ord
             FROM read_parquet([{listed}], filename = true, file_row_number = true) s
             JOIN bs_files f ON f.path = s.filename""")
-        con.execute(f"CREATE TEMP VIEW bs_reasoned AS SELECT *, {impossible_reason(DUCKDB)} AS reason FROM bs_source")
+        con.execute(f"CREATE TEMP VIEW bs_reasoned AS SELECT *, {impossible_reason()} AS reason FROM bs_source")
         con.execute("CREATE TEMP VIEW bs_valid AS SELECT * FROM bs_reasoned WHERE reason IS NULL")
 
     def _impossible(self) -> tuple[dict[str, int], list[str], list[int]]:
@@ -286,7 +286,9 @@ class _Load:
     def _columns(self) -> dict[str, Any]:
         """Every column of the table, in the in-memory engine's row order."""
         names = (*COLUMNS, "duration", "comm")
-        result = self._run(f"SELECT {', '.join(chr(34) + n + chr(34) for n in names)} FROM ({spans_query(DUCKDB)}) ORDER BY ord")
+        result = self._run(
+            f"SELECT {', '.join(chr(34) + n + chr(34) for n in names)} FROM ({spans_query(self.dialect)}) ORDER BY ord"
+        )
         fetched = result.fetchnumpy()
         be = self.be
         columns = {}
@@ -326,31 +328,26 @@ class _Load:
             watcher.join()
 
 
-def _check_file(con: Any, path: str) -> None:
+def _check_file(path: str) -> None:
     """Refuse, in one line naming the file, a file that is not a Parquet span file of a schema
-    version this engine reads, or that lacks a column it needs."""
-    import duckdb
+    version this engine reads, as the in-memory engine's reader refuses it."""
+    from brickscope.offline import ParquetFormatError, check_parquet_schema
+    from brickscope.offline._parquet_schema import import_pyarrow
 
-    quoted = "'" + path.replace("'", "''") + "'"
     try:
-        metadata = dict(con.execute(f"SELECT key, value FROM parquet_kv_metadata({quoted})").fetchall())
-        present = {row[0] for row in con.execute(f"SELECT name FROM parquet_schema({quoted})").fetchall()}
-    except duckdb.Error as exc:
-        raise AnalysisError(f"{path}: not a Parquet file ({str(exc).splitlines()[0]})") from None
-    version = metadata.get(b"brickscope.schema_version")
-    if version is None:
-        raise AnalysisError(f"{path}: not a brickscope span file (no brickscope.schema_version in its metadata)")
+        pa = import_pyarrow()
+    except ImportError as exc:
+        raise AnalysisError(f"{path}: a Parquet file; {exc}") from None
     try:
-        number = int(version)
-    except ValueError:
-        raise AnalysisError(f"{path}: schema version {version.decode(errors='replace')!r} is not a number") from None
-    if number > SCHEMA_VERSION:
+        parquet = pa.parquet.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as exc:
         raise AnalysisError(
-            f"{path}: span schema version {number} is newer than this brickscope reads ({SCHEMA_VERSION}): upgrade"
-        )
-    missing = [name for name in SOURCE_COLUMNS if name not in present]
-    if missing:
-        raise AnalysisError(f"{path}: not a brickscope span file of schema {number}: no column {', '.join(missing)}")
+            f"{path}: not a complete Parquet file (a writer killed before its footer?): {exc}"
+        ) from None
+    try:
+        check_parquet_schema(parquet.schema_arrow, parquet.metadata.metadata)
+    except ParquetFormatError as exc:
+        raise AnalysisError(f"{path}: {exc}") from None
 
 
 def _raw(name, kind, category, brick, resource, clock, ordinal, stream, grid, block, smem):  # type: ignore[no-untyped-def]
@@ -388,4 +385,3 @@ def _default_memory_limit() -> str:
     except (ValueError, OSError, AttributeError):
         return "4GB"
     return f"{max(1, int(total * MEMORY_SHARE) >> 20)}MB"
-

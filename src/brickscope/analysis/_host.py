@@ -30,8 +30,13 @@ def step_walls(table: Table) -> dict[tuple[int, int, int], int]:
     return {(step, rank, start): max(end, last_end.get((step, rank), end)) - start for step, rank, start, end in steps}
 
 
-def host_time(table: Table) -> HostTime | None:
-    """brickscope's overhead spans and GC pauses, and their shares of the wall time."""
+def host_time(table: Table, extents: dict[int, tuple[int, int]] | None = None) -> HostTime | None:
+    """brickscope's overhead spans and GC pauses, and their shares of the wall time.
+
+    Args:
+        extents: rank code -> (first start, last end) of its spans, when ``table`` holds only
+            some of them (a SQL engine's step, overhead and GC rows); default: from ``table``.
+    """
     overhead, pauses = _rows(table, KIND_OVERHEAD), _rows(table, KIND_GC)
     if not overhead and not pauses:
         return None
@@ -42,11 +47,7 @@ def host_time(table: Table) -> HostTime | None:
         inside = [end - start for step, rank, start, end in overhead if (step, rank) in stepped]
         outside = sum(end - start for step, rank, start, end in overhead if (step, rank) not in stepped)
     else:  # no steps: the trace's extent on each rank
-        be = table.backend
-        extents: dict[int, tuple[int, int]] = {}
-        for rank, start, end in zip(*(be.to_list(table[name]) for name in ("rank", "start", "end"))):
-            low, high = extents.get(rank, (start, end))
-            extents[rank] = (min(low, start), max(high, end))
+        extents = extents if extents is not None else _extents(table)
         wall = sum(high - low for low, high in extents.values())
         inside, outside = [end - start for _, _, start, end in overhead], 0
     gc_ns = sum(end - start for _, _, start, end in pauses)
@@ -61,6 +62,15 @@ def host_time(table: Table) -> HostTime | None:
         gc_ns=gc_ns,
         gc_share=gc_ns / wall if wall else 0.0,
     )
+
+
+def _extents(table: Table) -> dict[int, tuple[int, int]]:
+    be = table.backend
+    extents: dict[int, tuple[int, int]] = {}
+    for rank, start, end in zip(*(be.to_list(table[name]) for name in ("rank", "start", "end"))):
+        low, high = extents.get(rank, (start, end))
+        extents[rank] = (min(low, start), max(high, end))
+    return extents
 
 
 def _rows(table: Table, kind: int) -> list[tuple[int, int, int, int]]:

@@ -42,7 +42,7 @@ def operations(table: Table, found: Any = None) -> tuple[OperationStats, ...]:
     out = []
     for kind in ("brick", "kernel"):
         rows = [s for s in stats if s.kind == kind]
-        out.extend(_with_shares(rows))
+        out.extend(with_shares(rows))
     return tuple(out)
 
 
@@ -57,7 +57,7 @@ def categories(table: Table, found: Any = None) -> tuple[OperationStats, ...]:
     # kernels carry their brick's category too: only brick stalls count for a category
     brick_rows = [r for r, kind in zip(found.rows, be.take(work["kind"], found.rows)) if kind == KIND_BRICK]
     stalled = replace(found, rows=brick_rows).by_group(work["category"])
-    return tuple(_with_shares(_group_stats(bricks, bricks["category"], names, bricks, stalled)))
+    return tuple(with_shares(_group_stats(bricks, bricks["category"], names, bricks, stalled)))
 
 
 @dataclass(frozen=True)
@@ -119,9 +119,7 @@ def outliers(table: Table, top: int) -> tuple[Outlier, ...]:
     counts = be.group_count(codes, groups)
     ordered, offsets = be.sorted_within_groups(codes, groups, durations)
     medians = pick(be, ordered, offsets, counts, 0.5)
-    thresholds = [
-        OUTLIER_FACTOR * medians[g] if counts[g] >= OUTLIER_MIN_COUNT else math.inf for g in range(groups)
-    ]
+    thresholds = [OUTLIER_FACTOR * medians[g] if counts[g] >= OUTLIER_MIN_COUNT else math.inf for g in range(groups)]
     found = []
     for row in be.rows_above(codes, durations, thresholds):
         median = medians[be.item(codes, row)]
@@ -134,21 +132,31 @@ def outliers(table: Table, top: int) -> tuple[Outlier, ...]:
 def instance(table: Table, row: int) -> Instance:
     """Row ``row`` of ``table`` as an Instance (where it ran, how long it took)."""
     be = table.backend
-    operation = table.operations[be.item(table["op"], row)]
-    step, layer = be.item(table["step"], row), be.item(table["layer"], row)
-    device, stream = be.item(table["device"], row), be.item(table["stream"], row)
+    return make_instance(
+        table, *(be.item(table[name], row) for name in ("op", "duration", "self", "start", "step", "layer")),
+        *(be.item(table[name], row) for name in ("rank", "device", "stream", "span_id")),
+    )  # fmt: skip
+
+
+def make_instance(
+    table: Table, op: int, duration: int, self_ns: int, start: int, step: int, layer: int,
+    rank: int, device: int, stream: int, span_id: int,
+) -> Instance:  # fmt: skip
+    """An Instance from a row's values (codes into ``table``'s lists; -1: absent; the span
+    id unsigned), wherever the row was read (the SQL engines read one row at a time)."""
+    operation = table.operations[op]
     return Instance(
         name=operation.name,
         kind=operation.kind,
-        duration_ns=be.item(table["duration"], row),
-        self_ns=be.item(table["self"], row),
-        start_ns=be.item(table["start"], row),
+        duration_ns=duration,
+        self_ns=self_ns,
+        start_ns=start,
         step=step if step >= 0 else None,
         layer=layer if layer >= 0 else None,
-        rank=table.ranks[be.item(table["rank"], row)],
+        rank=table.ranks[rank],
         device=table.device_label(device) if device >= 0 else None,
         stream=table.stream_label(stream) if stream >= 0 else None,
-        span_id=f"{be.item(table['span_id'], row):016x}",
+        span_id=f"{span_id:016x}",
     )
 
 
@@ -173,35 +181,57 @@ def _group_stats(
     for g, (name, kind, category) in enumerate(names):
         if not count[g] or kind not in ("brick", "kernel", "category"):
             continue
-        seconds = self_ns[g] / 1e9
         out.append(
-            OperationStats(
-                name=name,
-                kind=kind,
-                category=category,
-                count=count[g],
-                total_ns=total[g],
-                self_ns=self_ns[g],
-                share=0.0,
-                mean_ns=self_ns[g] / count[g],
-                p50_ns=p50[g],
-                p90_ns=p90[g],
-                p99_ns=p99[g],
-                min_ns=lowest[g],
-                max_ns=highest[g],
-                elements=elements[g],
-                elements_per_second=elements[g] / seconds if seconds and elements[g] else 0.0,
-                bytes=nbytes[g],
-                bytes_per_second=nbytes[g] / seconds if seconds and nbytes[g] else 0.0,
-                stalls=stall_count.get(g, 0),
-                stall_ns=stall_ns.get(g, 0),
-                stall_share=stall_ns.get(g, 0) / self_ns[g] if self_ns[g] else 0.0,
-            )
+            stats_of(
+                name,
+                kind,
+                category,
+                count[g],
+                total[g],
+                self_ns[g],
+                elements[g],
+                nbytes[g],
+                (p50[g], p90[g], p99[g], lowest[g], highest[g]),
+                stall_count.get(g, 0),
+                stall_ns.get(g, 0),
+            )  # fmt: skip
         )
     return out
 
 
-def _with_shares(stats: list[OperationStats]) -> list[OperationStats]:
+def stats_of(
+    name: str, kind: str, category: str, count: int, total: int, self_ns: int, elements: int, nbytes: int,
+    picks: tuple[int, int, int, int, int], stalls: int, stall_ns: int,
+) -> OperationStats:  # fmt: skip
+    """One group's statistics from its sums and its picks (p50, p90, p99, min, max of the self
+    times, :data:`PERCENTILES` then 0 and 1); the share is set by :func:`with_shares`."""
+    seconds = self_ns / 1e9
+    p50, p90, p99, lowest, highest = picks
+    return OperationStats(
+        name=name,
+        kind=kind,
+        category=category,
+        count=count,
+        total_ns=total,
+        self_ns=self_ns,
+        share=0.0,
+        mean_ns=self_ns / count,
+        p50_ns=p50,
+        p90_ns=p90,
+        p99_ns=p99,
+        min_ns=lowest,
+        max_ns=highest,
+        elements=elements,
+        elements_per_second=elements / seconds if seconds and elements else 0.0,
+        bytes=nbytes,
+        bytes_per_second=nbytes / seconds if seconds and nbytes else 0.0,
+        stalls=stalls,
+        stall_ns=stall_ns,
+        stall_share=stall_ns / self_ns if self_ns else 0.0,
+    )
+
+
+def with_shares(stats: list[OperationStats]) -> list[OperationStats]:
     whole = sum(s.self_ns for s in stats)
     shared = [replace(s, share=s.self_ns / whole if whole else 0.0) for s in stats]
     shared.sort(key=lambda s: (-s.self_ns, s.name))

@@ -39,6 +39,15 @@ def devices(table: Table) -> tuple[LaneStats, ...]:
     idle = _idle(table, (gpu["device"], gpu["start"], gpu["end"]), busy, ranks_of)
     stream_ranks = [ranks_of[stream.device] for stream in table.streams]
     stream_idle = _idle(table, (gpu["stream"], gpu["start"], gpu["end"]), stream_busy, stream_ranks)
+    return devices_of(table, (count, busy, idle), (stream_count, stream_busy, stream_idle))
+
+
+def devices_of(
+    table: Table, lanes: tuple[list[int], list[int], list[int]], streams: tuple[list[int], list[int], list[int]]
+) -> tuple[LaneStats, ...]:
+    """The devices section from (work count, busy ns, idle-in-steps ns) by device code and by stream code."""
+    count, busy, idle = lanes
+    stream_count, stream_busy, stream_idle = streams
     out = []
     for code, device in enumerate(table.devices):
         if not count[code]:
@@ -65,6 +74,12 @@ def ranks(table: Table) -> tuple[LaneStats, ...]:
     count = be.group_count(lanes["rank"], n_ranks)
     busy = union_ns(be, lanes["rank"], lanes["start"], lanes["end"], n_ranks)
     idle = _idle(table, (lanes["rank"], lanes["start"], lanes["end"]), busy, [{r} for r in range(n_ranks)])
+    return ranks_of(table, count, busy, idle)
+
+
+def ranks_of(table: Table, count: list[int], busy: list[int], idle: list[int]) -> tuple[LaneStats, ...]:
+    """The ranks section from (work count, busy ns, idle-in-steps ns) by rank code."""
+    n_ranks = len(table.ranks)
     return tuple(
         LaneStats(table.ranks[r], count[r], busy[r], idle[r])
         for r in sorted(range(n_ranks), key=lambda r: _rank_order(table.ranks[r]))
@@ -110,9 +125,7 @@ def throughput(table: Table) -> Throughput:
 
 def _gpu_work(table: Table) -> Table:
     be = table.backend
-    mask = be.mask_and(
-        be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL)), be.mask_range(table["device"], 0, None)
-    )
+    mask = be.mask_and(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL)), be.mask_range(table["device"], 0, None))
     return table.select(mask)
 
 

@@ -30,16 +30,30 @@ def roofline(table: Table, peaks: dict[str, Peak] | None = None) -> tuple[Roofli
     flops = be.group_sum(codes, n, carrying["flops"])
     nbytes = be.group_sum(codes, n, carrying["bytes"])
     time_ns = be.group_sum(codes, n, carrying["self"])
+    groups = {
+        (code // lanes, code % lanes - 1): (flops[code], nbytes[code], time_ns[code])
+        for code, seen in enumerate(count)
+        if seen
+    }
+    return points_of(table, groups, peaks)
+
+
+def points_of(
+    table: Table, groups: dict[tuple[int, int], tuple[float, int, int]], peaks: dict[str, Peak] | None
+) -> tuple[RooflinePoint, ...]:
+    """The section from sums per (op code, device code or -1 off the GPU): flops, bytes and self
+    time of the brick and kernel spans that carry flops or bytes."""
     points = []
-    for code, seen in enumerate(count):
-        if not seen or not time_ns[code]:
+    for (op_code, device), (group_flops, group_bytes, group_ns) in sorted(
+        groups.items(), key=lambda g: (g[0][0], g[0][1] + 1)
+    ):
+        if not group_ns:
             continue
-        op = table.operations[code // lanes]
-        device = code % lanes - 1
+        op = table.operations[op_code]
         model = table.devices[device].model if device >= 0 else "host"
-        seconds = time_ns[code] / 1e9
-        achieved_flops, achieved_bytes = flops[code] / seconds, nbytes[code] / seconds
-        intensity = flops[code] / nbytes[code] if nbytes[code] and flops[code] else None
+        seconds = group_ns / 1e9
+        achieved_flops, achieved_bytes = group_flops / seconds, group_bytes / seconds
+        intensity = group_flops / group_bytes if group_bytes and group_flops else None
         found = find_peak(model if device >= 0 else "", peaks)
         bound = fraction = None
         peak_flops = peak_bytes = None
@@ -49,7 +63,7 @@ def roofline(table: Table, peaks: dict[str, Peak] | None = None) -> tuple[Roofli
             if intensity is not None:
                 bound = "memory" if intensity < peak_flops / peak_bytes else "compute"
                 fraction = achieved_flops / min(peak_flops, intensity * peak_bytes)
-            elif flops[code]:
+            elif group_flops:
                 fraction = achieved_flops / peak_flops
             else:
                 fraction = achieved_bytes / peak_bytes
@@ -59,9 +73,9 @@ def roofline(table: Table, peaks: dict[str, Peak] | None = None) -> tuple[Roofli
                 kind=op.kind,
                 device=table.device_label(device) if device >= 0 else "host",
                 model=model,
-                flops=flops[code],
-                bytes=nbytes[code],
-                time_ns=time_ns[code],
+                flops=group_flops,
+                bytes=group_bytes,
+                time_ns=group_ns,
                 flops_per_second=achieved_flops,
                 bytes_per_second=achieved_bytes,
                 arithmetic_intensity=intensity,

@@ -35,10 +35,10 @@ from typing import Any
 from brickscope.analysis._backend import get_backend
 from brickscope.analysis._duckdb import _NUMPY_DTYPES, _ORD_SHIFT, _TYPECODES, _Load
 from brickscope.analysis._load import AnalysisError
-from brickscope.analysis._sql import SOURCE_COLUMNS, SPARK, brick_name, impossible_reason, spans_query
+from brickscope.analysis._sql import SOURCE_COLUMNS, SPARK, impossible_reason, spans_query
 from brickscope.analysis._table import COLUMNS, Table
 from brickscope.offline._errors import one_line
-from brickscope.offline._parquet_schema import PARQUET_SCHEMA_VERSION, SCHEMA_VERSION_KEY
+from brickscope.offline._parquet_schema import PARQUET_COLUMNS, PARQUET_SCHEMA_VERSION, SCHEMA_VERSION_KEY
 
 #: The master URL (``local[4]``, ``spark://host:7077``, ``yarn``, ``k8s://https://...``).
 #: Unset: Spark's own configuration decides, and ``local[*]`` when it names none.
@@ -200,8 +200,9 @@ _DDL_TYPES = {"VARCHAR": "string", "BIGINT": "bigint", "BOOLEAN": "boolean", "BI
 
 class _SparkLoad(_Load):
     """The DuckDB engine's load (:class:`._duckdb._Load`: the same views, queries and code
-    lists), run by a Spark session: ``self.con`` is the session, ``self.files`` the files it
-    found, as URIs."""
+    lists), run by a Spark session: ``self.con`` is the session."""
+
+    dialect = SPARK
 
     def __init__(self, spark: Any, inputs: list[str], be: Any) -> None:
         super().__init__(spark, [], be, None)
@@ -227,10 +228,9 @@ class _SparkLoad(_Load):
         columns = ", ".join(f"s.{name}" for name in SOURCE_COLUMNS)
         spark.sql(f"""
             CREATE OR REPLACE TEMP VIEW bs_source AS
-            SELECT {columns}, f.idx AS file, shiftleft(f.idx, {_ORD_SHIFT}) + s.bs_row AS ord,
-                {brick_name(SPARK)} AS brick_name
+            SELECT {columns}, f.idx AS file, shiftleft(f.idx, {_ORD_SHIFT}) + s.bs_row AS ord
             FROM bs_parquet s JOIN bs_files f ON f.path = s.bs_path""")
-        spark.sql(f"CREATE OR REPLACE TEMP VIEW bs_reasoned AS SELECT *, {impossible_reason(SPARK)} AS reason FROM bs_source")
+        spark.sql(f"CREATE OR REPLACE TEMP VIEW bs_reasoned AS SELECT *, {impossible_reason()} AS reason FROM bs_source")
         spark.sql("CREATE OR REPLACE TEMP VIEW bs_valid AS SELECT * FROM bs_reasoned WHERE reason IS NULL")
 
     def _code_table(self, name: str, columns: tuple[tuple[str, str], ...], rows: list[tuple[Any, ...]]) -> None:
@@ -240,7 +240,7 @@ class _SparkLoad(_Load):
     def _columns(self) -> dict[str, Any]:
         names = (*COLUMNS, "duration", "comm")
         quoted = ", ".join(f'"{name}"' for name in names)
-        fetched = self.con.sql(f"SELECT {quoted} FROM ({spans_query(SPARK)}) ORDER BY ord").toArrow()
+        fetched = self.con.sql(f"SELECT {quoted} FROM ({spans_query(self.dialect)}) ORDER BY ord").toArrow()
         be = self.be
         columns = {}
         for name in names:
@@ -304,8 +304,9 @@ def display(path: str) -> str:
 
 def check_footer(spark: Any, uri: str) -> None:
     """Check one file's footer, read through the session's Hadoop file systems (an ``s3a://``
-    file with the session's credentials): the schema version and the columns the engine reads.
-    The lines are the DuckDB engine's.
+    file with the session's credentials, on the driver): the schema version and the columns,
+    refused in the lines of the Parquet reader (``brickscope.offline.check_parquet_schema``;
+    a column of another type fails when Spark reads it, naming the file).
 
     Raises:
         AnalysisError: not a Parquet file, no or a newer schema version, or a missing column.
@@ -324,17 +325,22 @@ def check_footer(spark: Any, uri: str) -> None:
         finally:
             reader.close()
     except Exception as exc:  # noqa: BLE001  (a Java IOException through py4j)
-        raise AnalysisError(f"{name}: not a Parquet file ({_spark_message(exc)})") from None
+        raise AnalysisError(
+            f"{name}: not a complete Parquet file (a writer killed before its footer?): {_spark_message(exc)}"
+        ) from None
     if version is None:
-        raise AnalysisError(f"{name}: not a brickscope span file (no {SCHEMA_VERSION_KEY} in its metadata)")
+        raise AnalysisError(
+            f"{name}: not a brickscope span file: no {SCHEMA_VERSION_KEY} in its metadata (a Parquet file of another schema)"
+        )
     try:
         number = int(version)
     except ValueError:
-        raise AnalysisError(f"{name}: schema version {version!r} is not a number") from None
+        raise AnalysisError(f"{name}: {SCHEMA_VERSION_KEY} is {version!r}, not a number") from None
     if number > PARQUET_SCHEMA_VERSION:
         raise AnalysisError(
-            f"{name}: span schema version {number} is newer than this brickscope reads ({PARQUET_SCHEMA_VERSION}): upgrade"
+            f"{name}: schema version {number} is newer than this brickscope reads ({PARQUET_SCHEMA_VERSION}):"
+            " upgrade brickscope"
         )
-    missing = [column for column in SOURCE_COLUMNS if column not in present]
+    missing = [column.name for column in PARQUET_COLUMNS if column.name not in present]
     if missing:
-        raise AnalysisError(f"{name}: not a brickscope span file of schema {number}: no column {', '.join(missing)}")
+        raise AnalysisError(f"{name}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}")

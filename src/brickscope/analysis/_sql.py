@@ -22,6 +22,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from brickscope.analysis._table import (
+    _KEYS,
+    CLOCK_CUDA_CODE,
+    CLOCK_GPU_CODE,
+    CLOCK_HOST_CODE,
+    COLUMNS,
+    DTYPE_BYTES,
+    KIND_BRICK,
+    KIND_KERNEL,
+    KIND_OVERHEAD,
+)
 from brickscope.offline._integrity import (
     END_BEFORE_START,
     GPU_DURATION_TOLERANCE_NS,
@@ -32,27 +43,21 @@ from brickscope.offline._integrity import (
     NO_START_TIME,
     WALL_CLOCK_MIN_NS,
 )
-from brickscope.analysis._table import (
-    CLOCK_CUDA_CODE,
-    CLOCK_GPU_CODE,
-    CLOCK_HOST_CODE,
-    COLUMNS,
-    DTYPE_BYTES,
-    KIND_BRICK,
-    KIND_KERNEL,
-    KIND_OVERHEAD,
-)
 from brickscope.trace import attributes as A
 
 #: The columns of the Parquet span format the SQL engines read (the format's contract;
 #: docs/semantic-conventions.md). A file lacking one is refused, naming it.
 SOURCE_COLUMNS = (
     "span_id", "parent_span_id", "name", "kind", "category", "start_ns", "end_ns", "clock", "self_ns",
-    "step", "layer", "thread_id", "resource", "rank", "device_ordinal", "stream", "elements", "bytes",
+    "step", "layer", "thread_id", "resource", "device_ordinal", "stream", "elements", "bytes",
     "output_shape", "dtype", "flops", "tokens", "kernel_grid", "kernel_block", "kernel_shared_mem_bytes",
-    "kernel_source_hash", "output_checksum", "attributes",
+    "kernel_source_hash", "output_checksum", "host_duration_ns", "gpu_duration_ns", "brick_name", "attributes",
     *(f"tile_{level}_{what}" for level in A.TILE_LEVELS for what in ("count", "ns", "elements")),
 )  # fmt: skip
+#: The attributes the table or the impossible-span rule reads. The format keeps each in a typed
+#: column; one in the ``attributes`` JSON is a value its column could not hold (a text step
+#: number, a float byte count), which the SQL engines do not read: :func:`untyped_query` finds them.
+ANALYSIS_KEYS = tuple(dict.fromkeys((*_KEYS, A.GPU_DURATION_NS, A.HOST_DURATION_NS)))
 
 
 @dataclass(frozen=True)
@@ -62,27 +67,21 @@ class Dialect:
     Attributes:
         name: the engine (``duckdb``, ``spark``).
         null_safe_equal: a format string ``{a}``/``{b}`` of equality where NULL equals NULL.
-        json_number: a format string ``{column}``/``{key}`` of a JSON object column's member
-            ``key`` as a DOUBLE when it is a JSON number, else NULL.
-        json_text: likewise, the member as text when it is a JSON string, else NULL.
+        json_has: a format string ``{column}``/``{key}``: whether a JSON object column has the member ``key``.
         list_product: a format string ``{column}`` of the product of a list of integers
             (1 for an empty list).
     """
 
     name: str
     null_safe_equal: str
-    json_number: str
-    json_text: str
+    json_has: str
     list_product: str
 
     def equal(self, a: str, b: str) -> str:
         return self.null_safe_equal.format(a=a, b=b)
 
-    def number(self, column: str, key: str) -> str:
-        return self.json_number.format(column=column, key=key)
-
-    def text(self, column: str, key: str) -> str:
-        return self.json_text.format(column=column, key=key)
+    def has(self, column: str, key: str) -> str:
+        return self.json_has.format(column=column, key=key)
 
     def product(self, column: str) -> str:
         return self.list_product.format(column=column)
@@ -91,32 +90,17 @@ class Dialect:
 DUCKDB = Dialect(
     name="duckdb",
     null_safe_equal="{a} IS NOT DISTINCT FROM {b}",
-    json_number=(
-        "CASE WHEN json_type({column}, '$.\"{key}\"') IN ('BIGINT', 'UBIGINT', 'DOUBLE')"
-        " THEN CAST(json_extract({column}, '$.\"{key}\"') AS DOUBLE) END"
-    ),
-    json_text=(
-        "CASE WHEN json_type({column}, '$.\"{key}\"') = 'VARCHAR'"
-        " THEN json_extract_string({column}, '$.\"{key}\"') END"
-    ),
+    json_has="json_exists({column}, '$.\"{key}\"')",
     list_product="list_reduce(list_prepend(CAST(1 AS BIGINT), {column}), lambda x, y: x * y)",
 )
 
-#: Spark SQL (4.0 or later: VARIANT for the JSON members; the queries' double-quoted
-#: identifiers need ``spark.sql.ansi.doubleQuotedIdentifiers``, which the Spark engine sets).
-#: A JSON number parses as BIGINT, DOUBLE or DECIMAL(p,s) (1.5 is DECIMAL(2,1), 2**64-1 DECIMAL(20,0)).
+#: Spark SQL (4.0 or later: VARIANT for the JSON members). The queries' double-quoted
+#: identifiers need ``spark.sql.ansi.doubleQuotedIdentifiers``, which the Spark engine sets.
+#: A member holding JSON null is a VARIANT null, not SQL NULL: present, as for json_exists.
 SPARK = Dialect(
     name="spark",
     null_safe_equal="{a} <=> {b}",
-    json_number=(
-        "CASE WHEN schema_of_variant(variant_get(try_parse_json({column}), '$[\"{key}\"]'))"
-        " RLIKE '^(BIGINT|DOUBLE|DECIMAL\\\\(.*)$'"
-        " THEN try_variant_get(try_parse_json({column}), '$[\"{key}\"]', 'double') END"
-    ),
-    json_text=(
-        "CASE WHEN schema_of_variant(variant_get(try_parse_json({column}), '$[\"{key}\"]')) = 'STRING'"
-        " THEN variant_get(try_parse_json({column}), '$[\"{key}\"]', 'string') END"
-    ),
+    json_has="variant_get(try_parse_json({column}), '$[\"{key}\"]') IS NOT NULL",
     list_product="aggregate({column}, CAST(1 AS BIGINT), (acc, x) -> acc * x)",
 )
 
@@ -124,11 +108,10 @@ _TILE_NS = tuple(f"tile_{level}_ns" for level in A.TILE_LEVELS)
 _TILE_ELEMENTS = tuple(f"tile_{level}_elements" for level in A.TILE_LEVELS)
 
 
-def impossible_reason(d: Dialect) -> str:
+def impossible_reason() -> str:
     """A SQL expression over a source row: the reason it is impossible (the names of
     ``brickscope.offline.IMPOSSIBLE_REASONS``, in their precedence), or NULL."""
-    gpu_ns = d.number("attributes", A.GPU_DURATION_NS)
-    host_ns = d.number("attributes", A.HOST_DURATION_NS)
+    gpu_ns, host_ns = "gpu_duration_ns", "host_duration_ns"
     negative_ns = " OR ".join(f"{c} < 0" for c in ("self_ns", gpu_ns, host_ns, *_TILE_NS))
     negative_amount = " OR ".join(f"{c} < 0" for c in ("bytes", "flops", "tokens", "elements", *_TILE_ELEMENTS))
     tolerance = GPU_DURATION_TOLERANCE_NS
@@ -144,9 +127,14 @@ def impossible_reason(d: Dialect) -> str:
         END"""
 
 
-def brick_name(d: Dialect) -> str:
-    """A kernel's enclosing brick (``brickscope.brick.name``, kept in the attributes column)."""
-    return d.text("attributes", A.BRICK_NAME)
+def untyped_query(d: Dialect) -> str:
+    """The number of source rows (view ``bs_source``) with an :data:`ANALYSIS_KEYS` attribute in
+    the ``attributes`` JSON, and the first such key of the first of them."""
+    found = " OR ".join(d.has("attributes", key) for key in ANALYSIS_KEYS)
+    first = " ".join(f"WHEN {d.has('attributes', key)} THEN '{key}'" for key in ANALYSIS_KEYS)
+    return f"""
+        SELECT count(*), min(CASE {first} END) FROM bs_source
+        WHERE attributes IS NOT NULL AND ({found})"""
 
 
 def first_rows_query() -> str:
@@ -163,8 +151,10 @@ def first_rows_query() -> str:
 
 def _dtype_bytes() -> str:
     """The bytes of an element of the row's dtype name (``DTYPE_BYTES``), NULL when unknown."""
-    name = "CASE WHEN lower(dtype) LIKE 'torch.%' THEN substr(lower(dtype), 7)" \
+    name = (
+        "CASE WHEN lower(dtype) LIKE 'torch.%' THEN substr(lower(dtype), 7)"
         " WHEN lower(dtype) LIKE 'np.%' THEN substr(lower(dtype), 4) ELSE lower(dtype) END"
+    )
     cases = " ".join(f"WHEN '{key}' THEN {size}" for key, size in DTYPE_BYTES.items())
     return f"CASE {name} {cases} END"
 
@@ -206,13 +196,13 @@ def spans_query(d: Dialect) -> str:
             {tiles},
             o.comm
         FROM bs_valid s
-        JOIN bs_op_codes o ON {d.equal('o.kind_name', 's.kind')} AND o.name = s.name
-            AND {d.equal('o.category_name', 's.category')} AND {d.equal('o.brick_name', 's.brick_name')}
-        JOIN bs_rank_codes r ON {d.equal('r.resource', 's.resource')}
-        LEFT JOIN bs_lane_codes l ON {d.equal('l.resource', 's.resource')}
-            AND l.device_ordinal = s.device_ordinal AND {d.equal('l.stream', 's.stream')}
-        LEFT JOIN bs_launch_codes k ON {d.equal('k.grid', 's.kernel_grid')}
-            AND {d.equal('k.block', 's.kernel_block')} AND {d.equal('k.smem', 's.kernel_shared_mem_bytes')}"""
+        JOIN bs_op_codes o ON {d.equal("o.kind_name", "s.kind")} AND o.name = s.name
+            AND {d.equal("o.category_name", "s.category")} AND {d.equal("o.brick_name", "s.brick_name")}
+        JOIN bs_rank_codes r ON {d.equal("r.resource", "s.resource")}
+        LEFT JOIN bs_lane_codes l ON {d.equal("l.resource", "s.resource")}
+            AND l.device_ordinal = s.device_ordinal AND {d.equal("l.stream", "s.stream")}
+        LEFT JOIN bs_launch_codes k ON {d.equal("k.grid", "s.kernel_grid")}
+            AND {d.equal("k.block", "s.kernel_block")} AND {d.equal("k.smem", "s.kernel_shared_mem_bytes")}"""
     # brickscope's own work is not its parent's (TableBuilder's _exclude_overhead): each
     # overhead span's interval clipped to a host-clock, non-brick parent's comes off its self time
     deduct = f"""
@@ -222,8 +212,7 @@ def spans_query(d: Dialect) -> str:
             AND least(o."end", p."end") - greatest(o.start, p.start) > 0
         GROUP BY p.ord"""
     columns = ", ".join(
-        "greatest(0, c.raw_self - coalesce(x.ns, 0)) AS self" if name == "self" else f'c."{name}"'
-        for name in COLUMNS
+        "greatest(0, c.raw_self - coalesce(x.ns, 0)) AS self" if name == "self" else f'c."{name}"' for name in COLUMNS
     )
     return f"""
         WITH bs_coded AS ({coded}), bs_deduct AS ({deduct})

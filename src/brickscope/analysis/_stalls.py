@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from brickscope.analysis._model import Overlap, Stall
 from brickscope.analysis._operations import Found, instance
@@ -67,8 +68,14 @@ def _overlaps(table: Table, work: Table, row: int) -> tuple[Overlap, ...]:
     )
     near = table.select(mask)
     columns = ("op", "kind", "clock", "thread", "start", "end")
+    return overlaps_of(table, thread, start, end, zip(*(be.to_list(near[c]) for c in columns)))
+
+
+def overlaps_of(table: Table, thread: int, start: int, end: int, near: Any) -> tuple[Overlap, ...]:
+    """What a stall of ``thread`` from ``start`` to ``end`` lists of the spans ``near`` it on its
+    rank: (op, kind, clock, thread, start, end) rows, each overlapping it, in row order."""
     host, others = [], []
-    for op, kind, clock, other_thread, other_start, other_end in zip(*(be.to_list(near[c]) for c in columns)):
+    for op, kind, clock, other_thread, other_start, other_end in near:
         overlap = min(end, other_end) - max(start, other_start)
         entry = Overlap(table.operations[op].name, KINDS[kind], other_thread, overlap)
         if kind in (KIND_GC, KIND_OVERHEAD):
