@@ -147,14 +147,17 @@ def load_parquet(
 class _Load:
     """One load: the views over the files, the code lists, the table."""
 
+    #: How the queries are spelled (the Spark engine runs this load with its own).
+    dialect = DUCKDB
+
     def __init__(self, con: Any, files: list[str], be: Any, progress: ProgressCallback | None) -> None:
         self.con, self.files, self.be, self.progress = con, files, be, progress
 
     def table(self) -> Table:
         for path in self.files:
-            _check_file(path)
+            self._check(path)
         self._views()
-        untyped, key = self._query(untyped_query(DUCKDB))[0]
+        untyped, key = self._query(untyped_query(self.dialect))[0]
         if untyped:
             raise AnalysisError(
                 f"{self._what()}: {untyped:,} spans hold {key} (or another attribute the analysis reads) with a value"
@@ -188,6 +191,9 @@ class _Load:
 
     def _what(self) -> str:
         return self.files[0] if len(self.files) == 1 else f"{len(self.files)} files"
+
+    def _check(self, path: str) -> None:
+        _check_file(path)
 
     def _views(self) -> None:
         con = self.con
@@ -251,32 +257,37 @@ class _Load:
                 lanes[(resource, ordinal, stream)] = (row[7], row[8])
             if row[19] >= 0:
                 launches[(_key(grid), _key(block), smem)] = row[19]
-        con = self.con
-        con.execute(
-            "CREATE TEMP TABLE bs_op_codes (kind_name VARCHAR, name VARCHAR, category_name VARCHAR,"
-            " brick_name VARCHAR, op BIGINT, kind_code BIGINT, category_code BIGINT, comm BOOLEAN)"
+        self._code_table(
+            "bs_op_codes",
+            (("kind_name", "VARCHAR"), ("name", "VARCHAR"), ("category_name", "VARCHAR"), ("brick_name", "VARCHAR"),
+             ("op", "BIGINT"), ("kind_code", "BIGINT"), ("category_code", "BIGINT"), ("comm", "BOOLEAN")),
+            [(*k, *v) for k, v in ops.items()],
+        )  # fmt: skip
+        self._code_table("bs_rank_codes", (("resource", "VARCHAR"), ("rank_code", "BIGINT")), list(ranks.items()))
+        self._code_table(
+            "bs_lane_codes",
+            (("resource", "VARCHAR"), ("device_ordinal", "BIGINT"), ("stream", "BIGINT"), ("device", "BIGINT"),
+             ("stream_code", "BIGINT")),
+            [(*k, *v) for k, v in lanes.items()],
+        )  # fmt: skip
+        self._code_table(
+            "bs_launch_codes",
+            (("grid", "BIGINT[]"), ("block", "BIGINT[]"), ("smem", "BIGINT"), ("launch", "BIGINT")),
+            [(_list(g), _list(b), s, code) for (g, b, s), code in launches.items()],
         )
-        con.executemany("INSERT INTO bs_op_codes VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [(*k, *v) for k, v in ops.items()])
-        con.execute("CREATE TEMP TABLE bs_rank_codes (resource VARCHAR, rank_code BIGINT)")
-        con.executemany("INSERT INTO bs_rank_codes VALUES (?, ?)", list(ranks.items()))
-        con.execute(
-            "CREATE TEMP TABLE bs_lane_codes (resource VARCHAR, device_ordinal BIGINT, stream BIGINT,"
-            " device BIGINT, stream_code BIGINT)"
-        )
-        if lanes:
-            con.executemany("INSERT INTO bs_lane_codes VALUES (?, ?, ?, ?, ?)", [(*k, *v) for k, v in lanes.items()])
-        con.execute("CREATE TEMP TABLE bs_launch_codes (grid BIGINT[], block BIGINT[], smem BIGINT, launch BIGINT)")
-        if launches:
-            con.executemany(
-                "INSERT INTO bs_launch_codes VALUES (?, ?, ?, ?)",
-                [(_list(g), _list(b), s, code) for (g, b, s), code in launches.items()],
-            )
+
+    def _code_table(self, name: str, columns: tuple[tuple[str, str], ...], rows: list[tuple[Any, ...]]) -> None:
+        """A table of codes the queries join on: ``columns`` as (name, type), types spelled
+        VARCHAR, BIGINT, BOOLEAN or BIGINT[] (the Spark engine spells them its way)."""
+        self.con.execute(f"CREATE TEMP TABLE {name} ({', '.join(f'{c} {t}' for c, t in columns)})")
+        if rows:
+            self.con.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * len(columns))})", rows)
 
     def _columns(self) -> dict[str, Any]:
         """Every column of the table, in the in-memory engine's row order."""
         names = (*COLUMNS, "duration", "comm")
         result = self._run(
-            f"SELECT {', '.join(chr(34) + n + chr(34) for n in names)} FROM ({spans_query(DUCKDB)}) ORDER BY ord"
+            f"SELECT {', '.join(chr(34) + n + chr(34) for n in names)} FROM ({spans_query(self.dialect)}) ORDER BY ord"
         )
         fetched = result.fetchnumpy()
         be = self.be

@@ -1,12 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Apache Spark for ``--engine spark``: the session, the Parquet dataset as a view, queries.
+"""The Spark engine (``--engine spark``): Parquet span files into the analysis table, by Spark SQL.
 
 Example::
 
-    settings = SparkSettings.from_environment()     # BRICKSCOPE_SPARK_MASTER, BRICKSCOPE_SPARK_CONF
-    spark = spark_session(settings)
-    dataset = SparkDataset.open(spark, ["s3a://traces/run-42/"])
-    rows = dataset.query(f"SELECT name, count(*) FROM {dataset.view} GROUP BY name")
+    spark = spark_session(SparkSettings.from_environment())  # BRICKSCOPE_SPARK_MASTER, _CONF
+    table = load_spark("s3a://traces/job-17/", spark=spark)  # files, directories, globs, URIs
+    report = analyse(table)
 
 The session is Spark's own: ``SparkSession.builder.getOrCreate()``, so whatever Spark
 is configured with already (``spark-submit --master ... --conf ...``,
@@ -16,33 +15,30 @@ variables below add to that; without any master set, Spark runs in local mode on
 core (``local[*]``). The dataset is ``spark.read.parquet`` over the inputs (files,
 directories read recursively for ``*.parquet``, Hadoop globs, any URI Spark's file
 systems take: ``s3a://``, ``gs://``, ``abfss://``, ``hdfs://``), checked file by file
-against the Parquet span format before a query runs (docs/deploy.md, "Analysing on
-Spark"). pyspark is imported only here, and only when a session is asked for.
+against the Parquet span format before a query runs. The queries are the DuckDB engine's
+(:mod:`._sql` with the Spark dialect, :class:`._duckdb._Load` run on a Spark session), so
+the table, and every figure of the report, is the in-memory engine's (docs/deploy.md,
+"Analysing on Spark"). pyspark is imported only when a session is asked for.
 """
 
 from __future__ import annotations
 
+import array
 import os
 import shlex
 import shutil
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from brickscope.analysis._backend import get_backend
+from brickscope.analysis._duckdb import _NUMPY_DTYPES, _ORD_SHIFT, _TYPECODES, _Load
 from brickscope.analysis._load import AnalysisError
+from brickscope.analysis._sql import SOURCE_COLUMNS, SPARK, impossible_reason, spans_query
+from brickscope.analysis._table import COLUMNS, Table
 from brickscope.offline._errors import one_line
-from brickscope.offline._parquet_schema import (
-    FLOAT64,
-    HASH64,
-    ID128,
-    INT8,
-    INT64,
-    INT64_LIST,
-    PARQUET_COLUMNS,
-    PARQUET_SCHEMA_VERSION,
-    SCHEMA_VERSION_KEY,
-    STRING,
-)
+from brickscope.offline._parquet_schema import PARQUET_COLUMNS, PARQUET_SCHEMA_VERSION, SCHEMA_VERSION_KEY
 
 #: The master URL (``local[4]``, ``spark://host:7077``, ``yarn``, ``k8s://https://...``).
 #: Unset: Spark's own configuration decides, and ``local[*]`` when it names none.
@@ -53,19 +49,6 @@ BRICKSCOPE_SPARK_MASTER = "BRICKSCOPE_SPARK_MASTER"
 BRICKSCOPE_SPARK_CONF = "BRICKSCOPE_SPARK_CONF"
 #: What to install for ``--engine spark`` (the one line printed when pyspark is missing).
 INSTALL_HINT = "pip install 'brickscope[spark]'"
-#: The temporary view the dataset is registered as.
-VIEW = "brickscope_spans"
-
-#: The Spark SQL type each column type of the format reads as (``DataType.simpleString``).
-_SPARK_TYPES = {
-    STRING: "string",
-    INT64: "bigint",
-    HASH64: "bigint",
-    INT8: "tinyint",
-    FLOAT64: "double",
-    INT64_LIST: "array<bigint>",
-    ID128: "binary",
-}
 
 
 class SparkSetupError(AnalysisError):
@@ -170,55 +153,132 @@ def _spark_message(exc: BaseException) -> str:
     return text
 
 
-class SparkDataset:
-    """Parquet span files registered as the temporary view :data:`VIEW` of a Spark session.
+def load_spark(*inputs: str, backend: str | None = None, spark: Any = None) -> Table:
+    """The analysis table of Parquet span files, computed by Spark.
 
-    .. versionadded:: 0.3.0
+    Spark reads the files, leaves out the impossible spans and computes every column of the
+    table with the SQL the DuckDB engine runs (:mod:`._sql`, the Spark dialect); the
+    table comes back to the driver (Arrow batches), where the report is computed from it.
+
+    Args:
+        inputs: files, directories (every ``*.parquet`` below) or Hadoop globs, local paths
+            or URIs of any file system the session reads (``s3a://``, ``gs://``, ``hdfs://``).
+        backend: the table's backend, ``"numpy"`` or ``"python"`` (default numpy when installed).
+        spark: the session to use; default :func:`spark_session` from the environment.
+
+    Raises:
+        AnalysisError: Spark cannot start (:class:`SparkSetupError`); an input is missing,
+            not a Parquet span file, of a newer schema version, lacks a column, or holds no
+            valid span.
     """
+    if not inputs:
+        raise AnalysisError("brickscope: nothing to analyse (no input given)")
+    session = spark if spark is not None else spark_session()
+    settings = {key: session.conf.get(key, None) for key in _SQL_SETTINGS}
+    for key, value in _SQL_SETTINGS.items():
+        session.conf.set(key, value)
+    try:
+        return _SparkLoad(session, [os.fspath(item) for item in inputs], get_backend(backend)).table()
+    except AnalysisError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (Spark's AnalysisException, the JVM's through py4j)
+        raise AnalysisError(f"{', '.join(map(str, inputs))}: {_spark_message(exc)}") from None
+    finally:
+        for key, value in settings.items():
+            if value is None:
+                session.conf.unset(key)
+            else:
+                session.conf.set(key, value)
 
-    def __init__(self, spark: Any, frame: Any, files: Sequence[str]) -> None:
-        self.spark = spark
-        #: The DataFrame over every file (``spark.read.parquet``).
-        self.frame = frame
-        #: The files read, as Spark names them (URIs).
-        self.files = tuple(files)
-        self.view = VIEW
 
-    @classmethod
-    def open(cls, spark: Any, inputs: Sequence[str], *, check_files: bool = True) -> SparkDataset:
-        """Read ``inputs`` (files, directories, globs, URIs) and register them as :data:`VIEW`.
+#: Session SQL settings for the load, restored after (an application's session is shared):
+#: the queries quote the column ``end`` as ``"end"`` (standard SQL, DuckDB's spelling).
+_SQL_SETTINGS = {"spark.sql.ansi.enabled": "true", "spark.sql.ansi.doubleQuotedIdentifiers": "true"}
+#: The code tables' column types (portable names, as the DuckDB engine writes them) in Spark's DDL.
+_DDL_TYPES = {"VARCHAR": "string", "BIGINT": "bigint", "BOOLEAN": "boolean", "BIGINT[]": "array<bigint>"}
 
-        Args:
-            check_files: read every file's footer on the driver to check the schema version
-                and the columns (a few round trips a file; off only for files known good).
 
-        Raises:
-            AnalysisError: an input matches nothing, holds no Parquet file, or a file is not
-                of the Parquet span format or is of a newer version (the line names the file).
-        """
-        if not inputs:
-            raise AnalysisError("brickscope: nothing to analyse (no input given)")
-        for item in inputs:
-            if "://" not in item and not _has_glob(item) and not os.path.exists(item):
-                raise AnalysisError(f"{item}: no such file or directory")
-        reader = spark.read.option("recursiveFileLookup", "true").option("pathGlobFilter", "*.parquet")
-        try:
-            frame = reader.parquet(*inputs)
-            files = frame.inputFiles()
-        except Exception as exc:  # noqa: BLE001  (pyspark's AnalysisException and the JVM's)
-            raise AnalysisError(_input_message(inputs, exc)) from None
-        if not files:
-            raise AnalysisError(f"{', '.join(inputs)}: no .parquet file found")
-        if check_files:
-            for path in sorted(files):
-                check_footer(spark, path)
-        _check_types(frame, inputs)
-        frame.createOrReplaceTempView(VIEW)
-        return cls(spark, frame, sorted(files))
+class _SparkLoad(_Load):
+    """The DuckDB engine's load (:class:`._duckdb._Load`: the same views, queries and code
+    lists), run by a Spark session: ``self.con`` is the session."""
 
-    def query(self, sql: str) -> list[tuple[Any, ...]]:
-        """The rows of one Spark SQL query, collected to the driver as tuples."""
-        return [tuple(row) for row in self.spark.sql(sql).collect()]
+    dialect = SPARK
+
+    def __init__(self, spark: Any, inputs: list[str], be: Any) -> None:
+        super().__init__(spark, [], be, None)
+        self.inputs = inputs
+
+    def table(self) -> Table:
+        self.frame = _read(self.con, self.inputs)
+        #: The files as Spark names them (URIs); ``self.files``: as the user does, for the lines.
+        self.uris = sorted(row[0] for row in self.frame.select("bs_path").distinct().collect())
+        if not self.uris:
+            raise AnalysisError(f"{', '.join(self.inputs)}: no spans in these files")
+        self.files = [display(uri) for uri in self.uris]
+        return super().table()
+
+    def _check(self, path: str) -> None:
+        check_footer(self.con, self.uris[self.files.index(path)])
+
+    def _views(self) -> None:
+        spark = self.con
+        files = spark.createDataFrame(list(enumerate(self.uris)), "idx bigint, path string")
+        files.createOrReplaceTempView("bs_files")
+        self.frame.createOrReplaceTempView("bs_parquet")
+        columns = ", ".join(f"s.{name}" for name in SOURCE_COLUMNS)
+        spark.sql(f"""
+            CREATE OR REPLACE TEMP VIEW bs_source AS
+            SELECT {columns}, f.idx AS file, shiftleft(f.idx, {_ORD_SHIFT}) + s.bs_row AS ord
+            FROM bs_parquet s JOIN bs_files f ON f.path = s.bs_path""")
+        spark.sql(f"CREATE OR REPLACE TEMP VIEW bs_reasoned AS SELECT *, {impossible_reason()} AS reason FROM bs_source")
+        spark.sql("CREATE OR REPLACE TEMP VIEW bs_valid AS SELECT * FROM bs_reasoned WHERE reason IS NULL")
+
+    def _code_table(self, name: str, columns: tuple[tuple[str, str], ...], rows: list[tuple[Any, ...]]) -> None:
+        schema = ", ".join(f"{column} {_DDL_TYPES[kind]}" for column, kind in columns)
+        self.con.createDataFrame(rows, schema).createOrReplaceTempView(name)
+
+    def _columns(self) -> dict[str, Any]:
+        names = (*COLUMNS, "duration", "comm")
+        quoted = ", ".join(f'"{name}"' for name in names)
+        fetched = self.con.sql(f"SELECT {quoted} FROM ({spans_query(self.dialect)}) ORDER BY ord").toArrow()
+        be = self.be
+        columns = {}
+        for name in names:
+            dtype = "bool" if name == "comm" else COLUMNS.get(name, "int64")
+            values = fetched.column(name).to_numpy()
+            if dtype == "bool":
+                columns[name] = values
+                continue
+            buffer = array.array(_TYPECODES[dtype])
+            buffer.frombytes(values.astype(_NUMPY_DTYPES[dtype.replace("uint64", "int64")]).tobytes())
+            columns[name] = be.from_array(buffer, dtype, copy=False)
+        return columns
+
+    def _query(self, sql: str) -> list[tuple[Any, ...]]:
+        return [_plain(row) for row in self.con.sql(sql).collect()]
+
+
+def _plain(row: Any) -> tuple[Any, ...]:
+    """A collected row as the DuckDB engine's rows are: tuples, lists as lists."""
+    return tuple(row)
+
+
+def _read(spark: Any, inputs: list[str]) -> Any:
+    """The inputs' rows with each one's file (``bs_path``) and row in the file (``bs_row``)."""
+    for item in inputs:
+        if "://" not in item and not _has_glob(item) and not os.path.exists(item):
+            raise AnalysisError(f"{item}: no such file or directory")
+    reader = spark.read.option("recursiveFileLookup", "true").option("pathGlobFilter", "*.parquet")
+    try:
+        frame = reader.parquet(*inputs)
+    except Exception as exc:  # noqa: BLE001  (pyspark's AnalysisException and the JVM's)
+        raise AnalysisError(_input_message(inputs, exc)) from None
+    missing = [name for name in SOURCE_COLUMNS if name not in frame.columns]
+    if missing:  # the first file read has none: each file's footer is checked later, by name
+        raise AnalysisError(f"{', '.join(inputs)}: not brickscope span files: no column {', '.join(missing)}")
+    return frame.select(
+        *SOURCE_COLUMNS, frame["_metadata.file_path"].alias("bs_path"), frame["_metadata.row_index"].alias("bs_row")
+    )
 
 
 def _has_glob(path: str) -> bool:
@@ -231,63 +291,56 @@ def _input_message(inputs: Sequence[str], exc: BaseException) -> str:
         missing = text.split("Path does not exist:", 1)[-1].split(" SQLSTATE:")[0].strip().rstrip(".")
         return f"{display(missing) if missing else ', '.join(inputs)}: no such file or directory"
     if "UNABLE_TO_INFER_SCHEMA" in text:
-        return f"{', '.join(inputs)}: no .parquet file found"
+        return f"{', '.join(inputs)}: no Parquet files (*.parquet)"
     return f"{', '.join(inputs)}: {text}"
 
 
 def display(path: str) -> str:
     """A file as a user named it: a local path without Spark's ``file:`` scheme."""
-    if path.startswith("file://"):
-        return path[len("file://"):]
-    if path.startswith("file:/"):
-        return path[len("file:"):]
+    if path.startswith("file:"):
+        return urllib.parse.unquote(urllib.parse.urlsplit(path).path)
     return path
 
 
-def check_footer(spark: Any, path: str) -> None:
-    """Check one file's footer through Spark's Hadoop file systems (so an ``s3a://`` file is
-    read with the session's credentials): the schema version and every column's presence.
+def check_footer(spark: Any, uri: str) -> None:
+    """Check one file's footer, read through the session's Hadoop file systems (an ``s3a://``
+    file with the session's credentials, on the driver): the schema version and the columns,
+    refused in the lines of the Parquet reader (``brickscope.offline.check_parquet_schema``;
+    a column of another type fails when Spark reads it, naming the file).
 
     Raises:
         AnalysisError: not a Parquet file, no or a newer schema version, or a missing column.
     """
-    name = display(path)
+    name = display(uri)
     jvm = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
     try:
+        hadoop_path = jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(uri))
         source = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(hadoop_path, conf)
         reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(source)
         try:
             meta = reader.getFooter().getFileMetaData()
             version = meta.getKeyValueMetaData().get(SCHEMA_VERSION_KEY)
-            names = {field.getName() for field in meta.getSchema().getFields()}
+            present = {field.getName() for field in meta.getSchema().getFields()}
         finally:
             reader.close()
     except Exception as exc:  # noqa: BLE001  (a Java IOException through py4j)
-        raise AnalysisError(f"{name}: not a Parquet file ({_spark_message(exc)})") from None
-    if version is None:
-        raise AnalysisError(f"{name}: not a brickscope Parquet span file (no {SCHEMA_VERSION_KEY} in its metadata)")
-    if not version.isdigit():
-        raise AnalysisError(f"{name}: schema version {version!r} is not a number")
-    if int(version) > PARQUET_SCHEMA_VERSION:
         raise AnalysisError(
-            f"{name}: schema version {version} is newer than this brickscope reads"
-            f" ({PARQUET_SCHEMA_VERSION}): upgrade brickscope"
+            f"{name}: not a complete Parquet file (a writer killed before its footer?): {_spark_message(exc)}"
+        ) from None
+    if version is None:
+        raise AnalysisError(
+            f"{name}: not a brickscope span file: no {SCHEMA_VERSION_KEY} in its metadata (a Parquet file of another schema)"
         )
-    missing = [column.name for column in PARQUET_COLUMNS if column.name not in names]
+    try:
+        number = int(version)
+    except ValueError:
+        raise AnalysisError(f"{name}: {SCHEMA_VERSION_KEY} is {version!r}, not a number") from None
+    if number > PARQUET_SCHEMA_VERSION:
+        raise AnalysisError(
+            f"{name}: schema version {number} is newer than this brickscope reads ({PARQUET_SCHEMA_VERSION}):"
+            " upgrade brickscope"
+        )
+    missing = [column.name for column in PARQUET_COLUMNS if column.name not in present]
     if missing:
         raise AnalysisError(f"{name}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
-
-
-def _check_types(frame: Any, inputs: Sequence[str]) -> None:
-    """Each column of the dataset's schema has the type of the format (Spark takes the
-    schema of one file; a file that disagrees fails when read, naming itself)."""
-    types = {field.name: field.dataType.simpleString() for field in frame.schema.fields}
-    for column in PARQUET_COLUMNS:
-        expected = _SPARK_TYPES[column.type]
-        found = types.get(column.name)
-        if found is not None and found != expected:
-            raise AnalysisError(
-                f"{', '.join(inputs)}: column {column.name} is {found}, the Parquet span format has {expected}"
-            )

@@ -94,6 +94,16 @@ DUCKDB = Dialect(
     list_product="list_reduce(list_prepend(CAST(1 AS BIGINT), {column}), lambda x, y: x * y)",
 )
 
+#: Spark SQL (4.0 or later: VARIANT for the JSON members). The queries' double-quoted
+#: identifiers need ``spark.sql.ansi.doubleQuotedIdentifiers``, which the Spark engine sets.
+#: A member holding JSON null is a VARIANT null, not SQL NULL: present, as for json_exists.
+SPARK = Dialect(
+    name="spark",
+    null_safe_equal="{a} <=> {b}",
+    json_has="variant_get(try_parse_json({column}), '$[\"{key}\"]') IS NOT NULL",
+    list_product="aggregate({column}, CAST(1 AS BIGINT), (acc, x) -> acc * x)",
+)
+
 _TILE_NS = tuple(f"tile_{level}_ns" for level in A.TILE_LEVELS)
 _TILE_ELEMENTS = tuple(f"tile_{level}_elements" for level in A.TILE_LEVELS)
 
