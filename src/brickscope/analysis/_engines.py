@@ -42,9 +42,16 @@ class Choice:
 def is_parquet(path: str) -> bool:
     """Whether an input names Parquet span files: a ``.parquet`` file, a glob, or a directory
     holding ``*.parquet`` files (at any depth)."""
+    if is_uri(path):
+        return True  # read by Spark, which names a file that is not one
     if os.path.isdir(path):
         return bool(glob.glob(os.path.join(glob.escape(path), "**", "*.parquet"), recursive=True))
     return path.endswith(".parquet") or glob.has_magic(path)
+
+
+def is_uri(path: str) -> bool:
+    """Whether an input is a URI (``s3a://bucket/run/``, ``hdfs://...``): Spark's file systems read it."""
+    return "://" in path
 
 
 def choose(inputs: Sequence[str], requested: str | None) -> Choice:
@@ -55,7 +62,10 @@ def choose(inputs: Sequence[str], requested: str | None) -> Choice:
         AnalysisError: a SQL engine was asked for inputs that are not Parquet span files.
     """
     for path in map(os.fspath, inputs):
-        if not os.path.exists(path) and not glob.has_magic(path):
+        if is_uri(path):
+            if requested != "spark":
+                raise AnalysisError(f"{path}: a URI, which --engine spark reads (the other engines read local files)")
+        elif not os.path.exists(path) and not glob.has_magic(path):
             raise AnalysisError(f"{path}: no such file or directory")
     parquet = bool(inputs) and all(is_parquet(os.fspath(path)) for path in inputs)
     if requested is not None:
@@ -100,6 +110,10 @@ def load_with(
         label = os.path.basename(os.fspath(inputs[0]).rstrip(os.sep)) if len(inputs) == 1 else f"{len(inputs)} inputs"
         progress = progress_for(f"{label} (duckdb)") if progress_for is not None else None
         return load_parquet(*map(os.fspath, inputs), backend=backend, progress=progress)
+    if engine == "spark":
+        from brickscope.analysis._spark import load_spark
+
+        return load_spark(*map(os.fspath, inputs), backend=backend)
     raise AnalysisError(f"--engine {engine}: not available in this installation")
 
 
