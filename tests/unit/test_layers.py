@@ -18,7 +18,12 @@ import sys
 import grimp
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-EXPORTERS = ("brickscope.exporter.perfetto", "brickscope.exporter.flamegraph", "brickscope.exporter.otlp")
+EXPORTERS = (
+    "brickscope.exporter.perfetto",
+    "brickscope.exporter.flamegraph",
+    "brickscope.exporter.otlp",
+    "brickscope.exporter.parquet",
+)
 
 #: The API layer: what instrumented code imports. It must run with the OpenTelemetry API alone.
 API_MODULES = (

@@ -52,10 +52,12 @@ def test_pftrace_still_by_extension_and_by_to(tmp_path):
 @pytest.mark.parametrize(
     "output, extra, message",
     [
-        ("x.trace", [], "x.trace: unknown output extension '.trace'; name it .pftrace or .json, or give --to"),
+        ("x.trace", [], "x.trace: unknown output extension '.trace'; name it .pftrace or .json or .parquet, or give --to"),
         ("x", [], "unknown output extension '(none)'"),
         ("x.json", ["--to", "pftrace"], "x.json: the extension .json is for chrome-json, not --to pftrace"),
         ("x.pftrace", ["--to", "chrome-json"], "the extension .pftrace is for pftrace, not --to chrome-json"),
+        ("x.parquet", ["--to", "pftrace"], "the extension .parquet is for parquet, not --to pftrace"),
+        ("x.json", ["--run", "a"], "--run names the run column of a Parquet output, not of chrome-json"),
     ],
 )
 def test_unknown_or_mismatching_extension_is_refused(tmp_path, capsys, output, extra, message):
@@ -72,3 +74,47 @@ def test_unknown_to_is_refused_by_the_parser(tmp_path, capsys):
         main(["convert", "in.jsonl", "-o", str(tmp_path / "x.json"), "--to", "svg"])
     assert exit_.value.code == 2
     assert "invalid choice: 'svg'" in capsys.readouterr().err
+
+
+def test_pftrace_to_parquet_and_back(tmp_path, capsys):
+    """convert -o x.parquet writes the Parquet span format (run: the input's stem, or --run);
+    converting that back gives the same slices."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    _pftrace(tmp_path / "run.pftrace")
+    assert main(["convert", str(tmp_path / "run.pftrace"), "-o", str(tmp_path / "run.parquet")]) == 0
+    assert "wrote 2 spans" in capsys.readouterr().err
+    table = pq.read_table(tmp_path / "run.parquet")
+    assert sorted(table.column("name").to_pylist()) == ["gemm", "step"]
+    assert set(table.column("run").to_pylist()) == {"run"}
+    assert main(["convert", str(tmp_path / "run.pftrace"), "-o", str(tmp_path / "b.pq"), "--to", "parquet", "--run", "base"]) == 0
+    assert set(pq.read_table(tmp_path / "b.pq").column("run").to_pylist()) == {"base"}
+    assert main(["convert", str(tmp_path / "run.parquet"), "-o", str(tmp_path / "back.pftrace")]) == 0
+    assert sorted((s.name, s.ts, s.dur) for s in decode_trace(tmp_path / "back.pftrace").slices) == sorted(
+        (s.name, s.ts, s.dur) for s in decode_trace(tmp_path / "run.pftrace").slices
+    )
+
+
+def test_parquet_without_pyarrow_is_one_line(tmp_path, capsys, monkeypatch):
+    """No pyarrow: one line saying what to install, exit 2, nothing written."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_pyarrow(name, *args, **kwargs):
+        if name.startswith("pyarrow"):
+            raise ImportError("No module named 'pyarrow'")
+        return real_import(name, *args, **kwargs)
+
+    _pftrace(tmp_path / "run.pftrace")
+    from brickscope.offline import parquet_schema
+
+    parquet_schema.cache_clear()
+    monkeypatch.setattr(builtins, "__import__", no_pyarrow)
+    try:
+        assert main(["convert", str(tmp_path / "run.pftrace"), "-o", str(tmp_path / "run.parquet")]) == 2
+    finally:
+        monkeypatch.undo()
+        parquet_schema.cache_clear()
+    err = capsys.readouterr().err
+    assert "pip install 'brickscope[parquet]'" in err and err.count("\n") == 1
+    assert not (tmp_path / "run.parquet").exists()

@@ -186,7 +186,7 @@ def import_pyarrow() -> Any:
     """``pyarrow``, or an ImportError whose message is the one line to print."""
     try:
         import pyarrow
-        import pyarrow.parquet  # noqa: F401  (the submodule the writers and readers use)
+        import pyarrow.parquet
     except ImportError:
         raise ImportError(f"reading or writing Parquet needs pyarrow: {INSTALL_HINT}") from None
     return pyarrow

@@ -5,6 +5,7 @@ Example::
 
     $ brickscope convert spans.jsonl -o trace.pftrace
     $ brickscope convert trace.pftrace -o trace.json          # Chrome trace JSON
+    $ brickscope convert trace.pftrace -o trace.parquet --run baseline   # the Parquet span format
     $ brickscope merge rank0.pftrace rank1.pftrace -o all.pftrace
 
 Both register through the ``brickscope.commands`` entry-point group, read
@@ -22,27 +23,31 @@ from typing import Any
 _TRUNCATED_HELP = "read the valid prefix of a truncated input (a writer killed mid-write) instead of failing"
 
 #: What ``convert`` writes: format name -> the output extension that implies it.
-OUTPUT_FORMATS = {"pftrace": ".pftrace", "chrome-json": ".json"}
+OUTPUT_FORMATS = {"pftrace": ".pftrace", "chrome-json": ".json", "parquet": ".parquet"}
 
 
 def register_convert(subparsers: Any) -> None:
-    """Add ``brickscope convert``: any trace brickscope reads to ``.pftrace`` or Chrome trace JSON."""
+    """Add ``brickscope convert``: any trace brickscope reads to ``.pftrace``, Chrome trace JSON or Parquet."""
     parser = subparsers.add_parser(
         "convert",
-        help="convert a trace to a Perfetto trace or Chrome trace JSON",
+        help="convert a trace to a Perfetto trace, Chrome trace JSON or Parquet",
         description=(
             "Convert a trace brickscope reads (OTLP JSON from the OpenTelemetry Collector's file exporter "
             "or opentelemetry-exporter-otlp-json-file, JSON Lines or one document, gzip accepted; a .pftrace) "
             "into a Perfetto .pftrace or Chrome trace JSON, to open in https://ui.perfetto.dev or "
-            "chrome://tracing. The output's format is --to, or else its extension: .pftrace or .json."
+            "chrome://tracing, or into the Parquet span format, to query with DuckDB or Spark. "
+            "The output's format is --to, or else its extension: .pftrace, .json or .parquet."
         ),
     )
     parser.add_argument("input", help="OTLP JSON file (or any trace brickscope reads)")
-    parser.add_argument("-o", "--output", required=True, help="the file to write (.pftrace or .json)")
+    parser.add_argument("-o", "--output", required=True, help="the file to write (.pftrace, .json or .parquet)")
     parser.add_argument(
         "--to",
         choices=sorted(OUTPUT_FORMATS),
-        help="the output format (default: from the output's extension, .pftrace or .json)",
+        help="the output format (default: from the output's extension, .pftrace, .json or .parquet)",
+    )
+    parser.add_argument(
+        "--run", help="Parquet: the run column, a name for this run (default: the input's file name without its extension)"
     )
     parser.add_argument("-f", "--force", action="store_true", help="overwrite the output if it exists")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
@@ -92,11 +97,23 @@ def output_format(path: str, to: str | None) -> str:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from brickscope.offline import AtomicOutput, Progress, TraceFileError, open_spans, replay, write_chrome_trace
+    from brickscope.offline import (
+        AtomicOutput,
+        Progress,
+        TraceFileError,
+        UsageError,
+        open_spans,
+        replay,
+        write_chrome_trace,
+    )
 
     from ._exporter import PerfettoSpanExporter
 
     chosen = output_format(args.output, args.to)
+    if args.run is not None and chosen != "parquet":
+        raise UsageError(f"--run names the run column of a Parquet output, not of {chosen}")
+    if chosen == "parquet":
+        _require_pyarrow()
     with AtomicOutput(args.output, overwrite=args.force, inputs=[args.input], force_flag="--force") as output:
         progress = Progress(args.input, quiet=args.quiet)
         try:
@@ -104,6 +121,8 @@ def _convert(args: argparse.Namespace) -> int:
                 if chosen == "chrome-json":
                     with output.open() as out:
                         count = write_chrome_trace(spans, out)
+                elif chosen == "parquet":
+                    count = _write_parquet(spans, output.temporary, args.run or _stem(args.input), progress)
                 else:
                     with PerfettoSpanExporter(output.temporary) as exporter:
                         count = replay(
@@ -117,6 +136,35 @@ def _convert(args: argparse.Namespace) -> int:
     _report_truncation(spans)
     print(f"wrote {count:,} spans to {output.path}", file=sys.stderr)
     return 0
+
+
+def _require_pyarrow() -> None:
+    """A Parquet output needs pyarrow: without it, one line saying what to install (exit 2)."""
+    from brickscope.offline import UsageError, parquet_schema
+
+    try:
+        parquet_schema()
+    except ImportError as error:
+        raise UsageError(str(error)) from None
+
+
+def _write_parquet(spans: Any, path: str, run: str, progress: Any) -> int:
+    """Every span into one Parquet file (row groups written as they fill); how many were written."""
+    from itertools import islice
+
+    from brickscope.offline import ParquetSpanWriter
+
+    with ParquetSpanWriter(path, run=run) as writer:
+        while chunk := list(islice(spans, 4096)):
+            writer.write(chunk)
+            progress.extra = f", {writer.spans_written:,} spans"
+    return writer.spans_written
+
+
+def _stem(path: str) -> str:
+    """``run`` of ``runs/run.jsonl.gz``: the file name without its extensions."""
+    name = os.path.basename(path)
+    return name.split(".", 1)[0] or name
 
 
 def _report_truncation(spans: Any) -> None:
