@@ -115,8 +115,8 @@ def spark_session(settings: SparkSettings | None = None) -> Any:
     """Spark's session with ``settings`` applied (``getOrCreate``: an active one is reused).
 
     Raises:
-        SparkSetupError: pyspark is not installed, no Java is found for a local JVM, or
-            Spark fails to start (the line says which, and what Spark said).
+        SparkSetupError: pyspark is not installed, ``SPARK_REMOTE`` asks for Spark Connect,
+            no Java is found, or Spark fails to start (the line says which, and what Spark said).
     """
     settings = SparkSettings.from_environment() if settings is None else settings
     try:
@@ -124,11 +124,12 @@ def spark_session(settings: SparkSettings | None = None) -> Any:
     except ImportError:
         raise SparkSetupError(f"--engine spark needs pyspark: {INSTALL_HINT}") from None
     remote = os.environ.get("SPARK_REMOTE")
-    if remote and settings.master:
+    if remote:  # the footers are read through the driver's JVM, which a Connect client lacks
         raise SparkSetupError(
-            f"SPARK_REMOTE={remote} and {BRICKSCOPE_SPARK_MASTER}={settings.master}: Spark Connect or a master, not both"
+            f"SPARK_REMOTE={remote}: --engine spark needs a classic Spark session, not Spark Connect"
+            f" (unset SPARK_REMOTE; give a master URL in {BRICKSCOPE_SPARK_MASTER} or spark-submit --master)"
         )
-    if not remote and not _java_found():
+    if not _java_found():
         raise SparkSetupError("--engine spark needs Java 17 or later for Spark: none found (set JAVA_HOME or put java on PATH)")
     builder = SparkSession.builder.appName(settings.app_name)
     if settings.master:
