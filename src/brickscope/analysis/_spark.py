@@ -39,7 +39,12 @@ from brickscope.analysis._model import Report
 from brickscope.analysis._sql import SOURCE_COLUMNS, SPARK, impossible_reason
 from brickscope.analysis._table import Table
 from brickscope.offline._errors import one_line
-from brickscope.offline._parquet_schema import PARQUET_COLUMNS, PARQUET_SCHEMA_VERSION, SCHEMA_VERSION_KEY
+from brickscope.offline._parquet_schema import (
+    PARQUET_COLUMNS,
+    PARQUET_SCHEMA_VERSION,
+    SCHEMA_VERSION_KEY,
+    import_pyarrow,
+)
 
 #: The master URL (``local[4]``, ``spark://host:7077``, ``yarn``, ``k8s://https://...``).
 #: Unset: Spark's own configuration decides, and ``local[*]`` when it names none.
@@ -253,13 +258,19 @@ class _SparkSession(_Session):
         return [tuple(row) for row in self.con.sql(sql).collect()]
 
     def upload(self, name: str, columns: str, rows: list[tuple[Any, ...]]) -> None:
-        """The temporary view ``name`` (``columns``: the SQL of the DuckDB engine) of ``rows``."""
-        schema = ", ".join(_spark_column(column) for column in columns.split(", "))
-        self.con.createDataFrame(rows, schema).createOrReplaceTempView(name)
+        """The temporary view ``name`` (``columns``: the SQL of the DuckDB engine) of ``rows``,
+        sent as Arrow: the JVM reads it, no Python runs on the executors."""
+        pa = import_pyarrow()
+        names, kinds = zip(*(column.strip().replace('"', "").rsplit(" ", 1) for column in columns.split(", ")))
+        types = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_(),
+                 "BIGINT[]": pa.list_(pa.int64())}  # fmt: skip
+        values = list(zip(*rows)) if rows else [() for _ in names]
+        arrays = [pa.array(list(column), types[kind]) for column, kind in zip(values, kinds)]
+        self.con.createDataFrame(pa.Table.from_arrays(arrays, names=list(names))).createOrReplaceTempView(name)
 
     def _views(self) -> None:
         spark = self.con
-        spark.createDataFrame(list(enumerate(self.uris)), "idx bigint, path string").createOrReplaceTempView("bs_files")
+        self.upload("bs_files", "idx BIGINT, path VARCHAR", list(enumerate(self.uris)))
         self.frame.createOrReplaceTempView("bs_parquet")
         columns = ", ".join(f"s.{name}" for name in SOURCE_COLUMNS)
         spark.sql(f"""
@@ -276,16 +287,6 @@ class _SparkSession(_Session):
     def _fetch(self, sql: str) -> dict[str, Any]:
         table = self.con.sql(sql).toArrow()
         return {name: table.column(name).to_numpy() for name in table.column_names}
-
-
-def _spark_column(column: str) -> str:
-    """One column of the DuckDB engine's table SQL (``"end" BIGINT``, ``grid BIGINT[]``) in Spark's DDL."""
-    name, _, kind = column.strip().rpartition(" ")
-    return f"`{name.strip(chr(34))}` {_DDL_TYPES[kind]}"
-
-
-#: The column types of the uploaded tables in Spark's DDL.
-_DDL_TYPES = {"VARCHAR": "string", "BIGINT": "bigint", "DOUBLE": "double", "BOOLEAN": "boolean", "BIGINT[]": "array<bigint>"}
 
 
 def _read(spark: Any, inputs: list[str]) -> Any:
