@@ -18,12 +18,23 @@ Sections (each a function returning a dict of results; add one to SECTIONS):
 - ``pftrace_memory``: peak RSS of a fresh process exporting 1,000,000 spans,
   and 2,000,000 to show it is flat, spans made batch by batch so only the
   exporter's own memory could grow. Keys ``peak_rss_mb_1m``, ``peak_rss_mb_2m``.
+- ``parquet``: the same 100,000 spans and batches through ``ParquetSpanExporter`` (part
+  files published at shutdown) and ``PerfettoSpanExporter``, alternating, best of
+  ``--runs`` each, in this process. Keys ``parquet_spans_per_s``,
+  ``parquet_pftrace_spans_per_s`` (the Perfetto exporter in the same run),
+  ``parquet_speedup`` (the ratio, the figure to compare: target at least 1),
+  ``parquet_bytes_per_span`` and, on 1,000,000 spans written by the exporter,
+  ``parquet_bytes_per_span_1m`` (these spans' times are perfectly regular and cost
+  almost nothing: the real runs' figures are the demo traces'); for each ``--demo-trace
+  PATH`` (a ``.pftrace`` of ``examples/quickstart.py``) ``parquet_demo<i>_spans`` and
+  ``parquet_demo<i>_bytes_per_span`` (the trace converted as ``brickscope convert`` does).
 - ``folded``: the same spans, 1,000,000 of them, through ``FlamegraphSpanExporter``
   (GPU self time, folded plus speedscope file written at shutdown) in a freshly
   spawned interpreter. Keys ``folded_spans_per_s``, ``folded_peak_rss_mb_1m``.
 
 Requires: brickscope, brickscope-exporter-perfetto and
-opentelemetry-exporter-otlp-proto-common (the exporter's ``bench`` extra).
+opentelemetry-exporter-otlp-proto-common (the exporter's ``bench`` extra);
+brickscope-exporter-parquet for ``parquet``.
 """
 
 from __future__ import annotations
@@ -195,6 +206,62 @@ def _export_only(count: int) -> None:
     print(peak_rss_mb())
 
 
+def _parquet_dir_bytes(folder: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _dirs, files in os.walk(folder) for f in files)
+
+
+def parquet(runs: int, demo_traces: list[str] | None = None) -> dict[str, Any]:
+    """The Parquet exporter against the Perfetto exporter: same spans, same batches, same run;
+    bytes a span on the generated spans and on each of ``demo_traces`` (real runs' .pftrace)."""
+    from brickscope.exporter.parquet import ParquetSpanExporter
+    from brickscope.exporter.perfetto import PerfettoSpanExporter
+
+    batches = _batches(list(make_spans(SPANS)))
+
+    def to_parquet() -> int:
+        with tempfile.TemporaryDirectory() as folder:
+            with ParquetSpanExporter(os.path.join(folder, "ds")) as exporter:
+                for batch in batches:
+                    exporter.export(batch)
+            return _parquet_dir_bytes(folder)
+
+    def to_pftrace() -> int:
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "bench.pftrace")
+            with PerfettoSpanExporter(path) as exporter:
+                for batch in batches:
+                    exporter.export(batch)
+            return os.path.getsize(path)
+
+    best_parquet, best_pftrace, size = float("inf"), float("inf"), 0
+    for _ in range(runs):  # alternating, so both see the same machine load
+        seconds, size = _best_of(1, to_parquet)
+        best_parquet = min(best_parquet, seconds)
+        best_pftrace = min(best_pftrace, _best_of(1, to_pftrace)[0])
+    results: dict[str, Any] = {
+        "parquet_spans_per_s": round(SPANS / best_parquet),
+        "parquet_pftrace_spans_per_s": round(SPANS / best_pftrace),
+        "parquet_speedup": round(best_pftrace / best_parquet, 2),
+        "parquet_bytes_per_span": round(size / SPANS, 1),
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        count = 1_000_000
+        with ParquetSpanExporter(os.path.join(folder, "ds")) as exporter:
+            for first in range(0, count, BATCH):
+                exporter.export(list(make_spans(min(BATCH, count - first), first)))
+        results["parquet_bytes_per_span_1m"] = round(_parquet_dir_bytes(folder) / count, 1)
+    from brickscope.offline import ParquetSpanWriter, open_spans
+
+    for index, trace in enumerate(demo_traces or ()):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "demo.parquet")
+            with ParquetSpanWriter(path, run="demo") as writer, open_spans(trace) as spans:
+                writer.write(spans)
+            results[f"parquet_demo{index}_spans"] = writer.spans_written
+            results[f"parquet_demo{index}_bytes_per_span"] = round(os.path.getsize(path) / writer.spans_written, 1)
+    return results
+
+
 def folded(runs: int) -> dict[str, Any]:
     """Folded flamegraph export (and its speedscope file) of 1,000,000 of the same spans,
     GPU-weighted, in a fresh interpreter: spans per second and peak RSS."""
@@ -228,7 +295,7 @@ def _folded_child(count: int) -> tuple[float, float]:
     return count / elapsed, peak_rss_mb()
 
 
-SECTIONS: list[Callable[[int], dict[str, Any]]] = [pftrace, pftrace_memory, folded]
+SECTIONS: list[Callable[[int], dict[str, Any]]] = [pftrace, pftrace_memory, parquet, folded]
 
 
 def main() -> int:
@@ -236,13 +303,21 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--runs", type=int, default=3, help="best of this many runs (default 3)")
     parser.add_argument("--export-only", type=int, metavar="N", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--section", action="append", choices=[s.__name__ for s in SECTIONS], help="run only these sections"
+    )
+    parser.add_argument(
+        "--demo-trace", action="append", default=[], metavar="PATH", help="parquet: also measure this .pftrace"
+    )
     args = parser.parse_args()
     if args.export_only:
         _export_only(args.export_only)
         return 0
     results: dict[str, Any] = {}
     for section in SECTIONS:
-        results.update(section(args.runs))
+        if args.section and section.__name__ not in args.section:
+            continue
+        results.update(parquet(args.runs, args.demo_trace) if section is parquet else section(args.runs))
     if args.json:
         print(json.dumps(results, indent=2))
     else:

@@ -104,7 +104,8 @@ def generate(seed: int, *, steps: int = 3, ranks: int = 2) -> list[Any]:
                         attributes[A.WORK_OUTPUT_SHAPE] = (rng.randrange(1, 64), 128)
                         attributes[A.WORK_DTYPE] = rng.choice(["float16", "torch.bfloat16", "float32", "mystery"])
                     if rng.random() < 0.4:
-                        attributes[A.WORK_FLOPS] = float(rng.randrange(1, 1 << 30))
+                        # whole flops sum exactly in any order; fractional ones only in row order
+                        attributes[A.WORK_FLOPS] = rng.randrange(1, 1 << 30) / (1 if seed % 3 else 7)
                     if rng.random() < 0.3:
                         attributes[A.BRICK_ELEMENTS] = rng.randrange(1, 10_000)
                     if rng.random() < 0.2:

@@ -39,4 +39,6 @@ def test_a_dataset_directory_reports_as_its_files(tmp_path, capsys):
         (tmp_path / "run" / f"rank-{index}").mkdir(parents=True)
         with ParquetSpanWriter(tmp_path / "run" / f"rank-{index}" / "part-00000.parquet") as writer:
             writer.write(open_spans(path))
-    assert _report(capsys, str(tmp_path / "run")) == _report(capsys, *map(str, GOLDEN[:2]))
+    expected = _report(capsys, *map(str, GOLDEN[:2]))
+    assert _report(capsys, str(tmp_path / "run")) == expected
+    assert _report(capsys, str(tmp_path / "run" / "rank-*" / "*.parquet")) == expected

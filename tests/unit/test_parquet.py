@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -184,6 +185,23 @@ class TestRoundTrip:
         with ParquetSpanWriter(tmp_path / "a.parquet") as writer:
             assert writer.write([unfinished, *_spans()]) == 4
         assert writer.skipped_spans == 1 and writer.spans_written == 4
+
+
+class TestProgress:
+    def test_progress_follows_the_row_groups_and_ends_at_the_size_on_disk(self, tmp_path):
+        """Reading reports how far the row groups read reach, once per MiB at most, and the size at the end."""
+        path = tmp_path / "a.parquet"
+        # 240 random hex digits (120 bytes of entropy) a row: 4 row groups of 2,500 rows pass 1 MiB
+        noise = [{"x": f"{random.getrandbits(960):0240x}"} for _ in range(10_000)]
+        spans = [make_span(i + 1, "s", T0 + i, T0 + i + 1, attributes=noise[i]) for i in range(10_000)]
+        _write(path, spans, row_group_rows=2_500)
+        calls: list[tuple[int, int]] = []
+        with open_records(path, progress=lambda done, total: calls.append((done, total))) as records:
+            assert sum(1 for _ in records) == 10_000
+        size = path.stat().st_size
+        assert size > 1 << 20 and len(calls) >= 2
+        assert calls[-1] == (size, size)
+        assert [done for done, _ in calls] == sorted(done for done, _ in calls)
 
 
 class TestRefusals:

@@ -19,16 +19,18 @@ Example::
 from __future__ import annotations
 
 import array
+import contextlib
 import json
 import os
 import tempfile
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from brickscope.analysis._backend import get_backend
-from brickscope.analysis._load import AnalysisError, _expand, _require_work
+from brickscope.analysis._load import AnalysisError, _expand
+from brickscope.analysis._model import Report
 from brickscope.analysis._sql import (
     DUCKDB,
     SOURCE_COLUMNS,
@@ -37,20 +39,28 @@ from brickscope.analysis._sql import (
     spans_query,
     untyped_query,
 )
-from brickscope.analysis._table import _KEYS, COLUMNS, Table, TableBuilder
+from brickscope.analysis._table import _KEYS, COLUMNS, KIND_BRICK, KIND_KERNEL, Table, TableBuilder
 from brickscope.offline import describe_impossible
 from brickscope.trace import attributes as A
 
-#: DuckDB's memory limit when none is given: a share of the machine's memory, leaving the rest to
-#: the operating system's file cache that Parquet scans live on.
+#: DuckDB's memory limit (``"2GB"``, ``"500MB"``) when the caller gives none; unset: a share
+#: (:data:`MEMORY_SHARE`) of the machine's memory, at most :data:`MEMORY_CAP`.
+BRICKSCOPE_DUCKDB_MEMORY_LIMIT = "BRICKSCOPE_DUCKDB_MEMORY_LIMIT"
+#: Where DuckDB spills what does not fit in its memory limit (a fresh directory is made in it and
+#: removed after); unset: the system's temporary directory.
+BRICKSCOPE_DUCKDB_TEMP_DIRECTORY = "BRICKSCOPE_DUCKDB_TEMP_DIRECTORY"
+#: The default memory limit's share of the machine's memory, and its cap: the rest is the
+#: operating system's file cache that Parquet scans live on, and the report's own few rows.
 MEMORY_SHARE = 0.5
+MEMORY_CAP = 3 << 30
 #: Called as ``progress(done, total)`` while a query runs: DuckDB's progress of the query, as a
 #: share of the input's bytes (the unit of the other readers' progress).
 ProgressCallback = Callable[[int, int], None]
 
 _INSTALL = "pip install 'brickscope[duckdb]'"
 _ORD_SHIFT = 40  # a row's order key: file index << 40 | row in file (2^40 rows a file)
-_NUMPY_DTYPES = {"int64": "<i8", "uint64": "<u8", "float64": "<f8"}
+#: The columns of the spans table ``bs_t`` besides ``ord``: the analysis table's.
+_NAMES = (*COLUMNS, "duration", "comm")
 _TYPECODES = {"int64": "q", "uint64": "Q", "float64": "d"}
 #: The source columns a first span of a key is read with, for the builder (see _raw).
 _FIRST_COLUMNS = (
@@ -107,15 +117,16 @@ def load_parquet(
     threads: int | None = None,
     progress: ProgressCallback | None = None,
 ) -> Table:
-    """The analysis table of Parquet span files, computed by DuckDB.
+    """The analysis table of Parquet span files, computed by DuckDB and held in memory (what
+    ``diff`` and ``tree`` read; ``report`` uses :func:`report_parquet`, out of core).
 
     Args:
         inputs: files, directories (every ``*.parquet`` below) or globs.
         backend: the table's backend, ``"numpy"`` or ``"python"`` (default numpy when installed).
-        memory_limit: DuckDB's ``memory_limit`` (``"4GB"``; default :data:`MEMORY_SHARE` of the
-            machine's memory).
-        temp_directory: where DuckDB spills what does not fit (default a fresh directory under
-            the system's temporary directory, removed after).
+        memory_limit: DuckDB's ``memory_limit`` (``"2GB"``; default
+            :data:`BRICKSCOPE_DUCKDB_MEMORY_LIMIT`, else half the machine's memory, at most 3 GB).
+        temp_directory: where DuckDB spills what does not fit, in a fresh directory removed after
+            (default :data:`BRICKSCOPE_DUCKDB_TEMP_DIRECTORY`, else the system's temporary directory).
         threads: DuckDB's threads (default: every core).
         progress: called with DuckDB's progress while each query runs.
 
@@ -123,77 +134,176 @@ def load_parquet(
         AnalysisError: DuckDB is not installed; an input is missing, not a Parquet span file,
             of a newer schema version, lacks a column, or holds no valid span.
     """
+    with _session(inputs, backend, memory_limit, temp_directory, threads, progress) as session:
+        return session.pull("true", source="bs_t", whole=True)
+
+
+def report_parquet(
+    *inputs: str,
+    backend: str | None = None,
+    memory_limit: str | None = None,
+    temp_directory: str | None = None,
+    threads: int | None = None,
+    progress: ProgressCallback | None = None,
+    **options: Any,
+) -> Report:
+    """The report of Parquet span files, every section computed in DuckDB out of core
+    (:mod:`._sqlreport`): the figures of :func:`~brickscope.analysis.analyse` on the same spans.
+
+    Args:
+        inputs, backend, memory_limit, temp_directory, threads, progress: as :func:`load_parquet`.
+        options: :func:`~brickscope.analysis.analyse`'s (``top``, ``steps``, ``ranks``...).
+
+    Raises:
+        AnalysisError: as :func:`load_parquet`, and as :func:`~brickscope.analysis.analyse`.
+    """
+    from brickscope.analysis._sqlreport import SqlAnalysis
+
+    with _session(inputs, backend, memory_limit, temp_directory, threads, progress) as session:
+        return SqlAnalysis(session, session.table).report(**options)
+
+
+@contextlib.contextmanager
+def _session(
+    inputs: tuple[str, ...],
+    backend: str | None,
+    memory_limit: str | None,
+    temp_directory: str | None,
+    threads: int | None,
+    progress: ProgressCallback | None,
+) -> Iterator[_Session]:
+    """A DuckDB connection with the spans table ``bs_t`` of ``inputs`` built, closed after."""
     try:
         import duckdb
     except ImportError:
         raise AnalysisError(f"the DuckDB engine needs duckdb: {_INSTALL}") from None
     files = parquet_files(*inputs)
+    for path in files:
+        _check_file(path)
+    memory_limit = memory_limit or os.environ.get(BRICKSCOPE_DUCKDB_MEMORY_LIMIT) or _default_memory_limit()
+    temp_directory = temp_directory or os.environ.get(BRICKSCOPE_DUCKDB_TEMP_DIRECTORY) or None
+    if temp_directory is not None and not os.path.isdir(temp_directory):
+        raise AnalysisError(f"{temp_directory}: not a directory (the DuckDB engine's temporary directory)")
     with tempfile.TemporaryDirectory(prefix="brickscope-duckdb-", dir=temp_directory) as spill:
-        con = duckdb.connect(config={
-            "memory_limit": memory_limit or _default_memory_limit(),
-            "temp_directory": spill,
-            "threads": threads or os.cpu_count() or 1,
-        })  # fmt: skip
+        try:
+            con = duckdb.connect(
+                config={
+                    "memory_limit": memory_limit,
+                    "temp_directory": spill,
+                    "threads": threads or os.cpu_count() or 1,
+                }
+            )
+        except duckdb.Error as exc:
+            raise AnalysisError(f"DuckDB memory limit {memory_limit!r}: {str(exc).splitlines()[0]}") from None
         try:
             # progress is polled (query_progress), never printed by DuckDB itself
             con.execute(f"SET enable_progress_bar = {progress is not None}; SET enable_progress_bar_print = false")
-            return _Load(con, files, get_backend(backend), progress).table()
+            yield _Session(con, files, get_backend(backend), progress)
         except duckdb.Error as exc:
-            raise AnalysisError(f"{', '.join(files) if len(files) < 3 else f'{len(files)} files'}: {exc}") from None
+            what = files[0] if len(files) == 1 else f"{len(files)} files"
+            raise AnalysisError(f"{what}: {str(exc).splitlines()[0]}") from None
         finally:
             con.close()
 
 
-class _Load:
-    """One load: the views over the files, the code lists, the table."""
+class _Session:
+    """One DuckDB session over some files: the views over them, the code lists, the spans
+    table ``bs_t`` (every column of the analysis table, one row a valid span), and what the
+    SQL sections ask of it (:class:`~brickscope.analysis._sqlreport.Session`).
 
-    #: How the queries are spelled (the Spark engine runs this load with its own).
+    Attributes:
+        table: the code lists, row count, impossible spans, sources and notes (no columns).
+    """
+
+    #: How the queries are spelled (the Spark engine runs this session with its own).
     dialect = DUCKDB
 
     def __init__(self, con: Any, files: list[str], be: Any, progress: ProgressCallback | None) -> None:
         self.con, self.files, self.be, self.progress = con, files, be, progress
-
-    def table(self) -> Table:
-        for path in self.files:
-            self._check(path)
         self._views()
-        untyped, key = self._query(untyped_query(self.dialect))[0]
+        untyped, key = self.query(untyped_query(self.dialect))[0]
         if untyped:
             raise AnalysisError(
                 f"{self._what()}: {untyped:,} spans hold {key} (or another attribute the analysis reads) with a value"
                 " of another type than its column's (kept in the attributes column); --engine memory reads them"
             )
-        impossible, notes, valid = self._impossible()
+        impossible, notes = self._impossible()
         builder = TableBuilder(self.be)
         self._codes(builder)
-        columns = self._columns()
-        rows = self.be.size(columns["start"]) if columns else 0
-        comm = columns.pop("comm")
-        columns["comm"] = self.be.lookup([op.communication for op in builder._operations], columns["op"], "bool")
-        del comm
-        table = Table(
+        names = ", ".join(f'"{name}"' for name in _NAMES)
+        self._materialize("bs_t", f"SELECT ord, {names} FROM ({spans_query(self.dialect)})")
+        self.table = Table(
             self.be,
-            columns,
+            {},
             list(builder._operations),
             list(builder._categories),
             list(builder._ranks),
             list(builder._devices),
             list(builder._streams),
-            rows=rows,
+            rows=self.query("SELECT count(*) FROM bs_t")[0][0],
             impossible=impossible,
             sources=list(self.files),
             notes=notes,
             launches=list(builder._launches),
             kernel_sources=dict(builder._kernel_sources),
         )
-        _require_work(table, self._what())
-        return table
+        shared = self.query("SELECT count(*) FROM (SELECT span_id FROM bs_t GROUP BY span_id HAVING count(*) > 1)")
+        if shared[0][0]:  # the in-memory engine links a child to the last of them; SQL would join every one
+            raise AnalysisError(
+                f"{self._what()}: {shared[0][0]:,} span ids are held by more than one span (a file given twice?);"
+                " --engine memory reads them"
+            )
+        work = self.query(f"SELECT count(*) FROM bs_t WHERE kind IN ({KIND_BRICK}, {KIND_KERNEL})")[0][0]
+        if not work:
+            raise AnalysisError(
+                f"{self._what()}: {self.table.rows} spans but no brickscope brick or kernel span (not a brickscope trace?)"
+            )
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        """The rows of ``sql`` (DuckDB's progress reported while it runs)."""
+        return self._run(sql).fetchall()
+
+    def upload(self, name: str, columns: str, rows: list[tuple[Any, ...]]) -> None:
+        """(Re)create the temporary table ``name`` (``columns``: SQL) holding ``rows``."""
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} ({columns})")
+        if rows:
+            self.con.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+
+    def pull(self, where: str, *, source: str = "bs_sel", whole: bool = False) -> Table:
+        """The rows of ``source`` matching ``where``, in row order, as an in-memory table with the
+        session's code lists (``whole``: the table of every row, with its sources and notes)."""
+        fetched = self._fetch(
+            f"SELECT {', '.join(chr(34) + n + chr(34) for n in _NAMES)} FROM {source} WHERE {where} ORDER BY ord"
+        )
+        be = self.be
+        columns = {}
+        for name in _NAMES:
+            dtype = "bool" if name == "comm" else COLUMNS.get(name, "int64")
+            values = fetched[name]
+            if dtype == "bool":
+                columns[name] = be.column([bool(v) for v in values.tolist()], "bool")
+                continue
+            buffer = array.array(_TYPECODES[dtype])
+            buffer.frombytes(values.astype("<i8" if dtype != "float64" else "<f8").tobytes())
+            columns[name] = be.from_array(buffer, dtype, copy=False)
+        t = self.table
+        return Table(
+            be, columns, t.operations, t.categories, t.ranks, t.devices, t.streams,
+            rows=len(fetched["op"]), dropped=t.dropped, impossible=t.impossible if whole else {},
+            sources=t.sources if whole else [], notes=t.notes if whole else [], launches=t.launches,
+            kernel_sources=t.kernel_sources,
+        )  # fmt: skip
+
+    def _materialize(self, name: str, sql: str) -> None:
+        """The temporary table ``name`` holding the rows of ``sql``."""
+        self._run(f"CREATE TEMP TABLE {name} AS {sql}")
+
+    def _fetch(self, sql: str) -> dict[str, Any]:
+        """The rows of ``sql`` as one numpy array per column."""
+        return self._run(sql).fetchnumpy()  # type: ignore[no-any-return]
 
     def _what(self) -> str:
         return self.files[0] if len(self.files) == 1 else f"{len(self.files)} files"
-
-    def _check(self, path: str) -> None:
-        _check_file(path)
 
     def _views(self) -> None:
         con = self.con
@@ -209,9 +319,9 @@ class _Load:
         con.execute(f"CREATE TEMP VIEW bs_reasoned AS SELECT *, {impossible_reason()} AS reason FROM bs_source")
         con.execute("CREATE TEMP VIEW bs_valid AS SELECT * FROM bs_reasoned WHERE reason IS NULL")
 
-    def _impossible(self) -> tuple[dict[str, int], list[str], list[int]]:
-        """Impossible spans by reason, the readers' line per file that had some, valid spans per file."""
-        counts = self._query(
+    def _impossible(self) -> tuple[dict[str, int], list[str]]:
+        """Impossible spans by reason, and the readers' line for each file that had some."""
+        counts = self.query(
             "SELECT file, reason, count(*) FROM bs_reasoned GROUP BY file, reason ORDER BY file, reason"
         )
         valid = [0] * len(self.files)
@@ -235,12 +345,12 @@ class _Load:
                 )
                 for reason, n in reasons.items():
                     total[reason] = total.get(reason, 0) + n
-        return total, notes, valid
+        return total, notes
 
     def _codes(self, builder: TableBuilder) -> None:
         """The code lists, from the first span of each key through ``builder`` in row order, and
         the tables that map every span's key to its codes (``bs_*_codes``)."""
-        firsts = self._query(
+        firsts = self.query(
             f"SELECT {', '.join(_FIRST_COLUMNS)} FROM bs_valid WHERE ord IN ({first_rows_query()}) ORDER BY ord"
         )
         resources: dict[Any, Any] = {}
@@ -257,54 +367,23 @@ class _Load:
                 lanes[(resource, ordinal, stream)] = (row[7], row[8])
             if row[19] >= 0:
                 launches[(_key(grid), _key(block), smem)] = row[19]
-        self._code_table(
+        self.upload(
             "bs_op_codes",
-            (("kind_name", "VARCHAR"), ("name", "VARCHAR"), ("category_name", "VARCHAR"), ("brick_name", "VARCHAR"),
-             ("op", "BIGINT"), ("kind_code", "BIGINT"), ("category_code", "BIGINT"), ("comm", "BOOLEAN")),
+            "kind_name VARCHAR, name VARCHAR, category_name VARCHAR, brick_name VARCHAR, op BIGINT, kind_code BIGINT,"
+            " category_code BIGINT, comm BOOLEAN",
             [(*k, *v) for k, v in ops.items()],
-        )  # fmt: skip
-        self._code_table("bs_rank_codes", (("resource", "VARCHAR"), ("rank_code", "BIGINT")), list(ranks.items()))
-        self._code_table(
+        )
+        self.upload("bs_rank_codes", "resource VARCHAR, rank_code BIGINT", list(ranks.items()))
+        self.upload(
             "bs_lane_codes",
-            (("resource", "VARCHAR"), ("device_ordinal", "BIGINT"), ("stream", "BIGINT"), ("device", "BIGINT"),
-             ("stream_code", "BIGINT")),
+            "resource VARCHAR, device_ordinal BIGINT, stream BIGINT, device BIGINT, stream_code BIGINT",
             [(*k, *v) for k, v in lanes.items()],
-        )  # fmt: skip
-        self._code_table(
+        )
+        self.upload(
             "bs_launch_codes",
-            (("grid", "BIGINT[]"), ("block", "BIGINT[]"), ("smem", "BIGINT"), ("launch", "BIGINT")),
+            "grid BIGINT[], block BIGINT[], smem BIGINT, launch BIGINT",
             [(_list(g), _list(b), s, code) for (g, b, s), code in launches.items()],
         )
-
-    def _code_table(self, name: str, columns: tuple[tuple[str, str], ...], rows: list[tuple[Any, ...]]) -> None:
-        """A table of codes the queries join on: ``columns`` as (name, type), types spelled
-        VARCHAR, BIGINT, BOOLEAN or BIGINT[] (the Spark engine spells them its way)."""
-        self.con.execute(f"CREATE TEMP TABLE {name} ({', '.join(f'{c} {t}' for c, t in columns)})")
-        if rows:
-            self.con.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * len(columns))})", rows)
-
-    def _columns(self) -> dict[str, Any]:
-        """Every column of the table, in the in-memory engine's row order."""
-        names = (*COLUMNS, "duration", "comm")
-        result = self._run(
-            f"SELECT {', '.join(chr(34) + n + chr(34) for n in names)} FROM ({spans_query(self.dialect)}) ORDER BY ord"
-        )
-        fetched = result.fetchnumpy()
-        be = self.be
-        columns = {}
-        for name in names:
-            dtype = "bool" if name == "comm" else COLUMNS.get(name, "int64")
-            values = fetched[name]
-            if dtype == "bool":
-                columns[name] = values
-                continue
-            buffer = array.array(_TYPECODES[dtype])
-            buffer.frombytes(values.astype(_NUMPY_DTYPES[dtype.replace("uint64", "int64")]).tobytes())
-            columns[name] = be.from_array(buffer, dtype, copy=False)
-        return columns
-
-    def _query(self, sql: str) -> list[tuple[Any, ...]]:
-        return self._run(sql).fetchall()
 
     def _run(self, sql: str) -> Any:
         """Run ``sql``, reporting DuckDB's progress while it runs when asked."""
@@ -383,5 +462,5 @@ def _default_memory_limit() -> str:
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        return "4GB"
-    return f"{max(1, int(total * MEMORY_SHARE) >> 20)}MB"
+        total = 2 * MEMORY_CAP
+    return f"{max(1, min(int(total * MEMORY_SHARE), MEMORY_CAP) >> 20)}MB"

@@ -126,10 +126,15 @@ def select(
         filters["device"] = ",".join(map(str, devices))
     if mask is not None:
         table = table.select(mask)
-        if not be.count_true(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL))):
-            described = " ".join(f"--{key} {value}" for key, value in filters.items())
-            raise AnalysisError(f"no brick or kernel span matches {described}")
+        _require_match(be.count_true(be.mask_in(table["kind"], (KIND_BRICK, KIND_KERNEL))), filters)
     return table, filters
+
+
+def _require_match(work: int, filters: dict[str, str]) -> None:
+    """Refuse filters that leave ``work`` = 0 brick and kernel spans."""
+    if not work:
+        described = " ".join(f"--{key} {value}" for key, value in filters.items())
+        raise AnalysisError(f"no brick or kernel span matches {described}")
 
 
 def _and(be, mask, other):  # type: ignore[no-untyped-def]

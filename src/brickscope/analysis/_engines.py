@@ -10,18 +10,18 @@ installed, everything else stays in memory (docs/analysis.md, "Engines").
 Example::
 
     choice = choose(["runs/job-17/"], None)      # Choice(engine="duckdb", reason="...")
-    table = load_with(choice.engine, ["runs/job-17/"])
+    report = report_with(choice.engine, ["runs/job-17/"], top=5)   # a SQL engine, out of core
+    table = load_with(choice.engine, ["runs/job-17/"])             # any engine: the table in memory
 """
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from brickscope.analysis._load import AnalysisError, load
+from brickscope.analysis._load import AnalysisError, _expand, load
 
 #: The engines, as ``--engine`` names them.
 ENGINES = ("memory", "duckdb", "spark")
@@ -40,11 +40,21 @@ class Choice:
 
 
 def is_parquet(path: str) -> bool:
-    """Whether an input names Parquet span files: a ``.parquet`` file, a glob, or a directory
-    holding ``*.parquet`` files (at any depth)."""
-    if os.path.isdir(path):
-        return bool(glob.glob(os.path.join(glob.escape(path), "**", "*.parquet"), recursive=True))
-    return path.endswith(".parquet") or glob.has_magic(path)
+    """Whether an input names only Parquet span files: a ``.parquet`` file, or a directory or glob
+    whose trace files (as :func:`~brickscope.analysis.load` finds them) are all ``.parquet``; a
+    URI is taken to (Spark reads it, and names a file that is not one).
+
+    Raises:
+        AnalysisError: the input is missing, or a directory or glob names no trace file.
+    """
+    if is_uri(path):
+        return True
+    return all(name.endswith(".parquet") for name in _expand(path))
+
+
+def is_uri(path: str) -> bool:
+    """Whether an input is a URI (``s3a://bucket/run/``, ``hdfs://...``): Spark's file systems read it."""
+    return "://" in path
 
 
 def choose(inputs: Sequence[str], requested: str | None) -> Choice:
@@ -55,12 +65,12 @@ def choose(inputs: Sequence[str], requested: str | None) -> Choice:
         AnalysisError: a SQL engine was asked for inputs that are not Parquet span files.
     """
     for path in map(os.fspath, inputs):
-        if not os.path.exists(path) and not glob.has_magic(path):
-            raise AnalysisError(f"{path}: no such file or directory")
+        if is_uri(path) and requested != "spark":
+            raise AnalysisError(f"{path}: a URI, which --engine spark reads (the other engines read local files)")
     parquet = bool(inputs) and all(is_parquet(os.fspath(path)) for path in inputs)
     if requested is not None:
         if requested != "memory" and not parquet:
-            other = next(os.fspath(path) for path in inputs if not is_parquet(os.fspath(path)))
+            other = next(name for path in inputs for name in _expand(os.fspath(path)) if not name.endswith(".parquet"))
             raise AnalysisError(
                 f"{other}: --engine {requested} reads Parquet span files;"
                 f" convert it first (brickscope convert {other} -o {_stem(other)}.parquet) or use --engine memory"
@@ -97,10 +107,44 @@ def load_with(
     if engine == "duckdb":
         from brickscope.analysis._duckdb import load_parquet
 
-        label = os.path.basename(os.fspath(inputs[0]).rstrip(os.sep)) if len(inputs) == 1 else f"{len(inputs)} inputs"
-        progress = progress_for(f"{label} (duckdb)") if progress_for is not None else None
+        progress = progress_for(f"{_label(inputs)} (duckdb)") if progress_for is not None else None
         return load_parquet(*map(os.fspath, inputs), backend=backend, progress=progress)
+    if engine == "spark":
+        from brickscope.analysis._spark import load_spark
+
+        return load_spark(*map(os.fspath, inputs), backend=backend)
     raise AnalysisError(f"--engine {engine}: not available in this installation")
+
+
+def report_with(
+    engine: str,
+    inputs: Sequence[str],
+    *,
+    backend: str | None = None,
+    progress_for: Callable[[str], Any] | None = None,
+    **options: Any,
+) -> Any:
+    """The report of ``inputs`` computed by a SQL ``engine`` out of core (``options``: those of
+    :func:`~brickscope.analysis.analyse`).
+
+    Raises:
+        AnalysisError: as :func:`~brickscope.analysis.analyse` and the engine's loader say, or the
+            engine is not installed.
+    """
+    if engine == "duckdb":
+        from brickscope.analysis._duckdb import report_parquet
+
+        progress = progress_for(f"{_label(inputs)} (duckdb)") if progress_for is not None else None
+        return report_parquet(*map(os.fspath, inputs), backend=backend, progress=progress, **options)
+    if engine == "spark":
+        from brickscope.analysis._spark import report_spark
+
+        return report_spark(*map(os.fspath, inputs), backend=backend, **options)
+    raise AnalysisError(f"--engine {engine}: not available in this installation")
+
+
+def _label(inputs: Sequence[str]) -> str:
+    return os.path.basename(os.fspath(inputs[0]).rstrip(os.sep)) if len(inputs) == 1 else f"{len(inputs)} inputs"
 
 
 def _stem(path: str) -> str:

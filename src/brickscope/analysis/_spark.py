@@ -23,22 +23,28 @@ the table, and every figure of the report, is the in-memory engine's (docs/deplo
 
 from __future__ import annotations
 
-import array
+import contextlib
 import os
 import shlex
 import shutil
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from brickscope.analysis._backend import get_backend
-from brickscope.analysis._duckdb import _NUMPY_DTYPES, _ORD_SHIFT, _TYPECODES, _Load
+from brickscope.analysis._duckdb import _ORD_SHIFT, _Session
 from brickscope.analysis._load import AnalysisError
-from brickscope.analysis._sql import SOURCE_COLUMNS, SPARK, impossible_reason, spans_query
-from brickscope.analysis._table import COLUMNS, Table
+from brickscope.analysis._model import Report
+from brickscope.analysis._sql import SOURCE_COLUMNS, SPARK, impossible_reason
+from brickscope.analysis._table import Table
 from brickscope.offline._errors import one_line
-from brickscope.offline._parquet_schema import PARQUET_COLUMNS, PARQUET_SCHEMA_VERSION, SCHEMA_VERSION_KEY
+from brickscope.offline._parquet_schema import (
+    PARQUET_COLUMNS,
+    PARQUET_SCHEMA_VERSION,
+    SCHEMA_VERSION_KEY,
+    import_pyarrow,
+)
 
 #: The master URL (``local[4]``, ``spark://host:7077``, ``yarn``, ``k8s://https://...``).
 #: Unset: Spark's own configuration decides, and ``local[*]`` when it names none.
@@ -114,8 +120,8 @@ def spark_session(settings: SparkSettings | None = None) -> Any:
     """Spark's session with ``settings`` applied (``getOrCreate``: an active one is reused).
 
     Raises:
-        SparkSetupError: pyspark is not installed, no Java is found for a local JVM, or
-            Spark fails to start (the line says which, and what Spark said).
+        SparkSetupError: pyspark is not installed, ``SPARK_REMOTE`` asks for Spark Connect,
+            no Java is found, or Spark fails to start (the line says which, and what Spark said).
     """
     settings = SparkSettings.from_environment() if settings is None else settings
     try:
@@ -123,11 +129,12 @@ def spark_session(settings: SparkSettings | None = None) -> Any:
     except ImportError:
         raise SparkSetupError(f"--engine spark needs pyspark: {INSTALL_HINT}") from None
     remote = os.environ.get("SPARK_REMOTE")
-    if remote and settings.master:
+    if remote:  # the footers are read through the driver's JVM, which a Connect client lacks
         raise SparkSetupError(
-            f"SPARK_REMOTE={remote} and {BRICKSCOPE_SPARK_MASTER}={settings.master}: Spark Connect or a master, not both"
+            f"SPARK_REMOTE={remote}: --engine spark needs a classic Spark session, not Spark Connect"
+            f" (unset SPARK_REMOTE; give a master URL in {BRICKSCOPE_SPARK_MASTER} or spark-submit --master)"
         )
-    if not remote and not _java_found():
+    if not _java_found():
         raise SparkSetupError("--engine spark needs Java 17 or later for Spark: none found (set JAVA_HOME or put java on PATH)")
     builder = SparkSession.builder.appName(settings.app_name)
     if settings.master:
@@ -154,11 +161,8 @@ def _spark_message(exc: BaseException) -> str:
 
 
 def load_spark(*inputs: str, backend: str | None = None, spark: Any = None) -> Table:
-    """The analysis table of Parquet span files, computed by Spark.
-
-    Spark reads the files, leaves out the impossible spans and computes every column of the
-    table with the SQL the DuckDB engine runs (:mod:`._sql`, the Spark dialect); the
-    table comes back to the driver (Arrow batches), where the report is computed from it.
+    """The analysis table of Parquet span files, computed by Spark and brought to the driver
+    (what ``diff`` reads; ``report`` uses :func:`report_spark`, which brings only figures).
 
     Args:
         inputs: files, directories (every ``*.parquet`` below) or Hadoop globs, local paths
@@ -171,59 +175,102 @@ def load_spark(*inputs: str, backend: str | None = None, spark: Any = None) -> T
             not a Parquet span file, of a newer schema version, lacks a column, or holds no
             valid span.
     """
+    with _session(inputs, backend, spark) as session:
+        return session.pull("true", source="bs_t", whole=True)
+
+
+def report_spark(*inputs: str, backend: str | None = None, spark: Any = None, **options: Any) -> Report:
+    """The report of Parquet span files, every section computed by Spark SQL on the cluster
+    (:mod:`._sqlreport`, the DuckDB engine's SQL in the Spark dialect): the figures of
+    :func:`~brickscope.analysis.analyse` on the same spans.
+
+    Args:
+        inputs, backend, spark: as :func:`load_spark`.
+        options: :func:`~brickscope.analysis.analyse`'s (``top``, ``steps``, ``ranks``...).
+
+    Raises:
+        AnalysisError: as :func:`load_spark`, and as :func:`~brickscope.analysis.analyse`.
+    """
+    from brickscope.analysis._sqlreport import SqlAnalysis
+
+    with _session(inputs, backend, spark) as session:
+        return SqlAnalysis(session, session.table).report(**options)
+
+
+#: Session SQL settings while brickscope's queries run, restored after (an application's
+#: session may be shared): the queries quote the column ``end`` as ``"end"`` (standard SQL,
+#: DuckDB's spelling), which Spark reads so only in ANSI mode with double-quoted identifiers.
+_SQL_SETTINGS = {"spark.sql.ansi.enabled": "true", "spark.sql.ansi.doubleQuotedIdentifiers": "true"}
+#: The temporary tables and views the session leaves in Spark's catalog, dropped after.
+_VIEWS = (
+    "bs_files", "bs_parquet", "bs_source", "bs_reasoned", "bs_valid", "bs_op_codes", "bs_rank_codes",
+    "bs_lane_codes", "bs_launch_codes", "bs_t", "bs_sel", "bs_pick", "bs_median", "bs_stall_rule", "bs_stalls",
+    "bs_outlier_rule", "bs_stream_device", "bs_top_steps", "bs_listed",
+)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _session(inputs: Sequence[str], backend: str | None, spark: Any) -> Iterator[_SparkSession]:
+    """A Spark session with the spans table ``bs_t`` of ``inputs`` built (cached on the
+    executors), its settings restored and its views dropped after."""
     if not inputs:
         raise AnalysisError("brickscope: nothing to analyse (no input given)")
-    session = spark if spark is not None else spark_session()
-    settings = {key: session.conf.get(key, None) for key in _SQL_SETTINGS}
+    spark = spark if spark is not None else spark_session()
+    before = {key: spark.conf.get(key, None) for key in _SQL_SETTINGS}
     for key, value in _SQL_SETTINGS.items():
-        session.conf.set(key, value)
+        spark.conf.set(key, value)
     try:
-        return _SparkLoad(session, [os.fspath(item) for item in inputs], get_backend(backend)).table()
+        yield _SparkSession(spark, [os.fspath(item) for item in inputs], get_backend(backend))
     except AnalysisError:
         raise
     except Exception as exc:  # noqa: BLE001  (Spark's AnalysisException, the JVM's through py4j)
         raise AnalysisError(f"{', '.join(map(str, inputs))}: {_spark_message(exc)}") from None
     finally:
-        for key, value in settings.items():
+        spark.sql("UNCACHE TABLE IF EXISTS bs_t")
+        for view in _VIEWS:
+            spark.catalog.dropTempView(view)
+        for key, value in before.items():
             if value is None:
-                session.conf.unset(key)
+                spark.conf.unset(key)
             else:
-                session.conf.set(key, value)
+                spark.conf.set(key, value)
 
 
-#: Session SQL settings for the load, restored after (an application's session is shared):
-#: the queries quote the column ``end`` as ``"end"`` (standard SQL, DuckDB's spelling).
-_SQL_SETTINGS = {"spark.sql.ansi.enabled": "true", "spark.sql.ansi.doubleQuotedIdentifiers": "true"}
-#: The code tables' column types (portable names, as the DuckDB engine writes them) in Spark's DDL.
-_DDL_TYPES = {"VARCHAR": "string", "BIGINT": "bigint", "BOOLEAN": "boolean", "BIGINT[]": "array<bigint>"}
-
-
-class _SparkLoad(_Load):
-    """The DuckDB engine's load (:class:`._duckdb._Load`: the same views, queries and code
-    lists), run by a Spark session: ``self.con`` is the session."""
+class _SparkSession(_Session):
+    """The DuckDB engine's session (:class:`._duckdb._Session`: the same views, code lists
+    and spans table, what :mod:`._sqlreport` asks of it) run by Spark: ``self.con`` is the
+    Spark session, ``bs_t`` a cached table."""
 
     dialect = SPARK
 
     def __init__(self, spark: Any, inputs: list[str], be: Any) -> None:
-        super().__init__(spark, [], be, None)
-        self.inputs = inputs
-
-    def table(self) -> Table:
-        self.frame = _read(self.con, self.inputs)
-        #: The files as Spark names them (URIs); ``self.files``: as the user does, for the lines.
+        self.frame = _read(spark, inputs)
+        #: The files as Spark names them (URIs); ``files``: as the user does, for the lines.
         self.uris = sorted(row[0] for row in self.frame.select("bs_path").distinct().collect())
         if not self.uris:
-            raise AnalysisError(f"{', '.join(self.inputs)}: no spans in these files")
-        self.files = [display(uri) for uri in self.uris]
-        return super().table()
+            raise AnalysisError(f"{', '.join(inputs)}: no spans in these files")
+        for uri in self.uris:
+            check_footer(spark, uri)
+        super().__init__(spark, [display(uri) for uri in self.uris], be, None)
 
-    def _check(self, path: str) -> None:
-        check_footer(self.con, self.uris[self.files.index(path)])
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        """The rows of ``sql``, collected to the driver."""
+        return [tuple(row) for row in self.con.sql(sql).collect()]
+
+    def upload(self, name: str, columns: str, rows: list[tuple[Any, ...]]) -> None:
+        """The temporary view ``name`` (``columns``: the SQL of the DuckDB engine) of ``rows``,
+        sent as Arrow: the JVM reads it, no Python runs on the executors."""
+        pa = import_pyarrow()
+        names, kinds = zip(*(column.strip().replace('"', "").rsplit(" ", 1) for column in columns.split(", ")))
+        types = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_(),
+                 "BIGINT[]": pa.list_(pa.int64())}  # fmt: skip
+        values = list(zip(*rows)) if rows else [() for _ in names]
+        arrays = [pa.array(list(column), types[kind]) for column, kind in zip(values, kinds)]
+        self.con.createDataFrame(pa.Table.from_arrays(arrays, names=list(names))).createOrReplaceTempView(name)
 
     def _views(self) -> None:
         spark = self.con
-        files = spark.createDataFrame(list(enumerate(self.uris)), "idx bigint, path string")
-        files.createOrReplaceTempView("bs_files")
+        self.upload("bs_files", "idx BIGINT, path VARCHAR", list(enumerate(self.uris)))
         self.frame.createOrReplaceTempView("bs_parquet")
         columns = ", ".join(f"s.{name}" for name in SOURCE_COLUMNS)
         spark.sql(f"""
@@ -233,34 +280,13 @@ class _SparkLoad(_Load):
         spark.sql(f"CREATE OR REPLACE TEMP VIEW bs_reasoned AS SELECT *, {impossible_reason()} AS reason FROM bs_source")
         spark.sql("CREATE OR REPLACE TEMP VIEW bs_valid AS SELECT * FROM bs_reasoned WHERE reason IS NULL")
 
-    def _code_table(self, name: str, columns: tuple[tuple[str, str], ...], rows: list[tuple[Any, ...]]) -> None:
-        schema = ", ".join(f"{column} {_DDL_TYPES[kind]}" for column, kind in columns)
-        self.con.createDataFrame(rows, schema).createOrReplaceTempView(name)
+    def _materialize(self, name: str, sql: str) -> None:
+        # cached on the executors (memory, then their disks): the sections read it many times
+        self.con.sql(f"CACHE TABLE {name} AS {sql}")
 
-    def _columns(self) -> dict[str, Any]:
-        names = (*COLUMNS, "duration", "comm")
-        quoted = ", ".join(f'"{name}"' for name in names)
-        fetched = self.con.sql(f"SELECT {quoted} FROM ({spans_query(self.dialect)}) ORDER BY ord").toArrow()
-        be = self.be
-        columns = {}
-        for name in names:
-            dtype = "bool" if name == "comm" else COLUMNS.get(name, "int64")
-            values = fetched.column(name).to_numpy()
-            if dtype == "bool":
-                columns[name] = values
-                continue
-            buffer = array.array(_TYPECODES[dtype])
-            buffer.frombytes(values.astype(_NUMPY_DTYPES[dtype.replace("uint64", "int64")]).tobytes())
-            columns[name] = be.from_array(buffer, dtype, copy=False)
-        return columns
-
-    def _query(self, sql: str) -> list[tuple[Any, ...]]:
-        return [_plain(row) for row in self.con.sql(sql).collect()]
-
-
-def _plain(row: Any) -> tuple[Any, ...]:
-    """A collected row as the DuckDB engine's rows are: tuples, lists as lists."""
-    return tuple(row)
+    def _fetch(self, sql: str) -> dict[str, Any]:
+        table = self.con.sql(sql).toArrow()
+        return {name: table.column(name).to_numpy() for name in table.column_names}
 
 
 def _read(spark: Any, inputs: list[str]) -> Any:

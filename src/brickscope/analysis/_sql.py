@@ -70,12 +70,15 @@ class Dialect:
         json_has: a format string ``{column}``/``{key}``: whether a JSON object column has the member ``key``.
         list_product: a format string ``{column}`` of the product of a list of integers
             (1 for an empty list).
+        recursive_union: how a recursive query adds its next rows: ``UNION`` (duplicates
+            dropped, so a cycle of parent ids ends) where the engine has it, else ``UNION ALL``.
     """
 
     name: str
     null_safe_equal: str
     json_has: str
     list_product: str
+    recursive_union: str = "UNION"
 
     def equal(self, a: str, b: str) -> str:
         return self.null_safe_equal.format(a=a, b=b)
@@ -102,6 +105,9 @@ SPARK = Dialect(
     null_safe_equal="{a} <=> {b}",
     json_has="variant_get(try_parse_json({column}), '$[\"{key}\"]') IS NOT NULL",
     list_product="aggregate({column}, CAST(1 AS BIGINT), (acc, x) -> acc * x)",
+    # Spark 4 has no UNION in recursive queries: a cycle of parent ids stops at
+    # spark.sql.cteRecursionLevelLimit (100 levels), refused in one line
+    recursive_union="UNION ALL",
 )
 
 _TILE_NS = tuple(f"tile_{level}_ns" for level in A.TILE_LEVELS)
@@ -212,7 +218,8 @@ def spans_query(d: Dialect) -> str:
             AND least(o."end", p."end") - greatest(o.start, p.start) > 0
         GROUP BY p.ord"""
     columns = ", ".join(
-        "greatest(0, c.raw_self - coalesce(x.ns, 0)) AS self" if name == "self" else f'c."{name}"' for name in COLUMNS
+        "CAST(greatest(0, c.raw_self - coalesce(x.ns, 0)) AS BIGINT) AS self" if name == "self" else f'c."{name}"'
+        for name in COLUMNS
     )
     return f"""
         WITH bs_coded AS ({coded}), bs_deduct AS ({deduct})

@@ -13,15 +13,25 @@ from brickscope.trace.attributes import TILE_LEVELS
 def tiles(table: Table) -> tuple[TileStats, ...]:
     """Every level with tiles (outermost first), then each (name, level), most time first."""
     be = table.backend
-    overall, per_name = [], []
+    sums = {}
     for level in TILE_LEVELS:
         counts = table[f"tile_{level}_count"]
         if not be.count_true(be.mask_not(be.mask_in(counts, [0]))):
             continue
         groups = len(table.operations)
-        count = be.group_sum(table["op"], groups, counts)
-        total = be.group_sum(table["op"], groups, table[f"tile_{level}_ns"])
-        elements = be.group_sum(table["op"], groups, table[f"tile_{level}_elements"])
+        sums[level] = tuple(
+            be.group_sum(table["op"], groups, table[f"tile_{level}_{what}"]) for what in ("count", "ns", "elements")
+        )
+    return tiles_of(table, sums)
+
+
+def tiles_of(table: Table, sums: dict[str, tuple[list[int], list[int], list[int]]]) -> tuple[TileStats, ...]:
+    """The section from the sums per op code (count, ns, elements) of each level some span has tiles of."""
+    overall, per_name = [], []
+    for level in TILE_LEVELS:
+        if level not in sums:
+            continue
+        count, total, elements = sums[level]
         overall.append(_stats(level, "", sum(count), sum(total), sum(elements)))
         for code, n in enumerate(count):
             if n:

@@ -26,7 +26,7 @@ from brickscope.analysis._communication import MIN_RATIO
 from brickscope.analysis._diff import ALPHA, MIN_CHANGE_PCT, compare
 from brickscope.analysis._divergence import divergence
 from brickscope.analysis._engine import analyse, select
-from brickscope.analysis._engines import ENGINES, choose, load_with
+from brickscope.analysis._engines import ENGINES, choose, load_with, report_with
 from brickscope.analysis._load import AnalysisError
 from brickscope.analysis._memory import HOTSPOT_SHARE
 from brickscope.analysis._peaks import Peak
@@ -244,17 +244,39 @@ def run_report(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     comm_min_ratio = _fraction("--comm-min-ratio", args.comm_min_ratio)
     memory_min_share = _fraction("--memory-min-share", args.memory_min_share)
+    options = {
+        "top": args.top, "steps": args.step, "ranks": args.rank, "devices": args.device, "peaks": peaks,
+        "comm_min_ratio": comm_min_ratio, "memory_min_share": memory_min_share,
+    }  # fmt: skip
     try:
-        table = _load(args, args.inputs, _engine(args, args.inputs))
-        report = analyse(
-            table, top=args.top, steps=args.step, ranks=args.rank, devices=args.device, peaks=peaks,
-            comm_min_ratio=comm_min_ratio, memory_min_share=memory_min_share,
-        )  # fmt: skip
+        engine = _engine(args, args.inputs)
+        if engine == "memory":
+            report = analyse(_load(args, args.inputs), **options)
+        else:  # out of core: every section in SQL
+            report = _report_sql(args, engine, options)
     except AnalysisError as exc:
         return _fail(args, exc)
     text = render(report, args.format)
     sys.stdout.write(text)
     return EXIT_OK
+
+
+def _report_sql(args: argparse.Namespace, engine: str, options: dict[str, Any]) -> Any:
+    """The report computed by a SQL engine, with its progress line and the inputs' notes on stderr."""
+    shown: list[Progress] = []
+
+    def progress_for(label: str) -> Progress:
+        shown.append(Progress(label, quiet=args.quiet or not sys.stderr.isatty()))
+        return shown[-1]
+
+    try:
+        report = report_with(engine, args.inputs, backend=args.backend, progress_for=progress_for, **options)
+    finally:
+        for progress in shown:
+            progress.finish()
+    for note in report.notes:
+        print(one_line(note), file=sys.stderr)
+    return report
 
 
 def _engine(args: argparse.Namespace, inputs: list[str]) -> str:

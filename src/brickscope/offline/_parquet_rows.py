@@ -371,45 +371,43 @@ class RowReader:
 
     def rows(self, batch: Any) -> Iterator[tuple[Any, ...]]:
         """Per row: (trace_id, span_id, parent_id, name, start, end, resource, attributes,
-        span_kind, status_code, status_message, scope_name, scope_version, events, links)."""
-        columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-        typed = [(c.key, c.type, columns[c.name]) for c in ATTRIBUTE_COLUMNS]
-        resources = [self.resource(text) for text in columns["resource"]]
+        span_kind, status_code, status_message, scope_name, scope_version, events, links).
+
+        Columns are converted whole (ids to unsigned, hashes to hex text, lists to tuples);
+        a row's attributes are made from the attribute columns not null in this batch."""
+        pa = import_pyarrow()
         n = batch.num_rows
-        for row in range(n):
-            attributes: dict[str, Any] = {}
-            for key, kind, values in typed:
-                value = values[row]
-                if value is None:
-                    continue
-                if kind == HASH64:
-                    value = f"{to_unsigned(value):016x}"
-                elif kind == INT64_LIST:
-                    value = tuple(value)
-                elif key == A.SCOPE_KIND and value == KIND_OTHER:
-                    continue
-                attributes[key] = value
-            extra = columns["attributes"][row]
+        keys, typed = [], []
+        for column in ATTRIBUTE_COLUMNS:
+            array = batch.column(column.name)
+            if array.null_count == n:
+                continue
+            values = array.to_pylist()
+            if column.name == "kind":  # "other": the span had no brickscope kind
+                values = [None if v == KIND_OTHER else v for v in values]
+            elif column.type == HASH64:
+                values = [None if v is None else f"{to_unsigned(v):016x}" for v in values]
+            elif column.type == INT64_LIST:
+                values = [None if v is None else tuple(v) for v in values]
+            keys.append(column.key)
+            typed.append(values)
+        extras = batch.column("attributes").to_pylist()
+        trace_ids = [int.from_bytes(t, "big") for t in batch.column("trace_id").to_pylist()]
+        span_ids = batch.column("span_id").view(pa.uint64()).to_pylist()
+        parent_ids = batch.column("parent_span_id").view(pa.uint64()).to_pylist()
+        resources = list(map(self.resource, batch.column("resource").to_pylist()))
+        rest = (
+            batch.column(name).to_pylist()
+            for name in ("span_kind", "status_code", "status_message", "scope_name", "scope_version", "events", "links")
+        )
+        for trace_id, span_id, parent_id, name, start, end, resource, values, extra, *more in zip(
+            trace_ids, span_ids, parent_ids, batch.column("name").to_pylist(), batch.column("start_ns").to_pylist(),
+            batch.column("end_ns").to_pylist(), resources, zip(*typed) if typed else [()] * n, extras, *rest,
+        ):  # fmt: skip
+            attributes = {key: value for key, value in zip(keys, values) if value is not None}
             if extra is not None:
                 attributes.update(_loads(extra))
-            trace_id = columns["trace_id"][row]
-            yield (
-                int.from_bytes(trace_id, "big"),
-                to_unsigned(columns["span_id"][row]),
-                to_unsigned(columns["parent_span_id"][row]),
-                columns["name"][row],
-                columns["start_ns"][row],
-                columns["end_ns"][row],
-                resources[row],
-                attributes,
-                columns["span_kind"][row],
-                columns["status_code"][row],
-                columns["status_message"][row],
-                columns["scope_name"][row],
-                columns["scope_version"][row],
-                columns["events"][row],
-                columns["links"][row],
-            )
+            yield (trace_id, span_id, parent_id, name, start, end, resource, attributes, *more)
 
 
 def make_span(row: tuple[Any, ...]) -> ReadableSpan:
