@@ -8,6 +8,7 @@ Example::
     python benchmarks/analysis.py engines --spans 200000       # numpy vs pure Python (vs polars)
     python benchmarks/analysis.py pipeline --spans 1000000 --json
     python benchmarks/analysis.py pipeline --trace big.pftrace --no-pure-python   # a file written before
+    python benchmarks/analysis.py scale --with-100m --json-out scale.json         # Parquet, 1M -> 100M
 
 Sections:
 
@@ -28,8 +29,19 @@ Sections:
   computing the per-operation section (count, sums, exact nearest-rank p50/p90/p99,
   max), the part they can be compared on line by line. Ratios survive machine load;
   absolute times do not.
+- ``scale``: analysis past one machine's memory. For each size (1M, 10M spans; 100M with
+  ``--with-100m``) a Parquet dataset partitioned by rank is generated in a temporary
+  directory (``benchmarks/_spangen.py``: vectorised, a row group at a time), its bytes a
+  span counted, then ``brickscope report --format json`` run on it with each engine:
+  DuckDB at every size, the in-memory engine up to ``--memory-max`` spans when the
+  machine's available memory holds its ~0.75 KB a span, Spark (local mode) at
+  ``--spark-at`` spans when pyspark and Java are there. Each command's wall time and the
+  peak memory of its whole process tree (``benchmarks/_treerss.py``), the load average
+  beside each, whether the engines' reports agree, and how each grows from size to size.
+  The dataset is deleted after each size.
 
-Requires brickscope[analysis] and brickscope-exporter-perfetto.
+Requires brickscope[analysis] and brickscope-exporter-perfetto; ``scale`` brickscope[parquet]
+and brickscope[duckdb] (and pyspark for its Spark figure).
 """
 
 from __future__ import annotations
@@ -372,9 +384,196 @@ def _polars_operations(table: Any) -> float:
     return time.perf_counter() - started
 
 
+SIZES = {"1M": 1_000_000, "10M": 10_000_000, "100M": 100_000_000}
+#: Disk a span needs while a size is measured: the dataset (target <= 40 B) with room to spare.
+DISK_BYTES_PER_SPAN = 60
+#: Memory a span takes in the in-memory engine (this file's ``pipeline`` section: ~0.67 KB).
+MEMORY_ENGINE_BYTES_PER_SPAN = 750
+
+
+def _available_memory_bytes() -> int:
+    with open("/proc/meminfo") as meminfo:
+        return next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+
+
+def _engines_at(spans: int, memory_max: int, spark_at: int) -> dict[str, str | None]:
+    """Each engine to run at this size (as asked: the dataset holds a few more, whole
+    steps), or the reason it is not run."""
+    import importlib.util
+    import shutil
+
+    engines: dict[str, str | None] = {"duckdb": None}
+    needed = spans * MEMORY_ENGINE_BYTES_PER_SPAN
+    if spans > memory_max:
+        engines["memory"] = f"above --memory-max {memory_max:,}"
+    elif needed > 0.8 * _available_memory_bytes():
+        engines["memory"] = f"needs ~{needed / 1e9:.1f} GB, {_available_memory_bytes() / 1e9:.1f} GB available"
+    else:
+        engines["memory"] = None
+    if spans != spark_at:
+        engines["spark"] = f"run at {spark_at:,} spans only (--spark-at)"
+    elif importlib.util.find_spec("pyspark") is None or shutil.which("java") is None:
+        engines["spark"] = "pyspark or java not installed"
+    else:
+        engines["spark"] = None
+    return engines
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """Where two reports' JSON differ (floats to 1e-9 relative), or None."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if key in ("sources", "engine"):  # the command's inputs and engine, not figures
+                continue
+            found = _first_difference(a.get(key), b.get(key), f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path}: {len(a)} against {len(b)} entries"
+        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := _first_difference(x, y, f"{path}[{i}]"))), None)
+    if isinstance(a, float) or isinstance(b, float):
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) <= 1e-9 * max(abs(a), abs(b)):
+            return None
+    return None if a == b else f"{path}: {a!r} against {b!r}"
+
+
+def scale(
+    sizes: list[int], ranks: int, directory: str, memory_max: int, spark_at: int, cap_gb: float | None
+) -> dict[str, Any]:
+    """Generate each size's dataset, run ``report`` with each engine on it, delete it. A
+    report whose processes pass ``cap_gb`` (default: 90 % of the memory available when it
+    starts) is killed."""
+    import platform
+    import shutil
+    from importlib.metadata import PackageNotFoundError, version
+
+    from _treerss import run_measured
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    results: dict[str, Any] = {
+        "ranks": ranks,
+        "cpus": os.cpu_count(),
+        "memory_gb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9,
+        "versions": {
+            "python": platform.python_version(),
+            **{name: installed(name) for name in ("pyarrow", "duckdb", "pyspark")},
+        },
+        "sizes": [],
+    }
+    for spans in sizes:
+        free = shutil.disk_usage(directory).free
+        if free < spans * DISK_BYTES_PER_SPAN:
+            need = spans * DISK_BYTES_PER_SPAN / 1e9
+            raise SystemExit(f"{directory}: {free / 1e9:.1f} GB free, {spans:,} spans need {need:.1f} GB")
+        work = tempfile.mkdtemp(prefix="brickscope-scale-", dir=directory)
+        try:
+            root, out = os.path.join(work, "dataset"), os.path.join(work, "out")
+            load = os.getloadavg()[0]
+            made = run_measured([sys.executable, __file__, "_generate", root, str(spans), str(ranks)], out)
+            if made["rc"] != 0:
+                raise SystemExit(f"generating {spans:,} spans failed: {' '.join(made['stderr_tail'])}")
+            with open(out) as written:
+                size: dict[str, Any] = json.load(written)
+            size["bytes_per_span"] = size["bytes"] / size["spans"]
+            size["generate"] = {**_figures(made), "load_average": load}
+            size["engines"], reports = {}, {}
+            for engine, skipped in _engines_at(spans, memory_max, spark_at).items():
+                if skipped:
+                    size["engines"][engine] = {"skipped": skipped}
+                    continue
+                load = os.getloadavg()[0]
+                command = ["report", root, "--engine", engine, "--format", "json"]
+                cap_mb = cap_gb * 1024 if cap_gb else 0.9 * _available_memory_bytes() / 2**20
+                measured = run_measured([sys.executable, "-m", "brickscope", *command], out, rss_cap_mb=cap_mb)
+                after = os.getloadavg()[0]
+                size["engines"][engine] = {**_figures(measured), "load_average": load, "load_average_after": after}
+                if measured["rc"] == 0:
+                    with open(out) as report:
+                        reports[engine] = json.load(report)
+                else:
+                    why = [measured["killed"]] if measured["killed"] else measured["stderr_tail"]
+                    size["engines"][engine]["error"] = why
+            if "duckdb" in reports:
+                size["agreement"] = {
+                    f"duckdb_vs_{other}": _first_difference(reports["duckdb"], reports[other]) or "same figures"
+                    for other in reports
+                    if other != "duckdb"
+                }
+        finally:
+            shutil.rmtree(work)
+        results["sizes"].append(size)
+    results["growth"] = _growth(results["sizes"])
+    return results
+
+
+def _figures(measured: dict[str, Any]) -> dict[str, Any]:
+    return {key: measured[key] for key in ("rc", "wall_s", "cpu_s", "peak_rss_mb", "tree_rss_mb", "max_process_rss_mb")}
+
+
+def _growth(sizes: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per engine, from each size to the next it ran at: the factor on spans, wall time and peak memory."""
+    growth: dict[str, list[dict[str, Any]]] = {}
+    for engine in ("generate", "duckdb", "memory", "spark"):
+        ran = [(s["spans"], s[engine] if engine == "generate" else s["engines"][engine]) for s in sizes]
+        ran = [(spans, m) for spans, m in ran if m.get("rc") == 0]
+        growth[engine] = [
+            {
+                "from_spans": a_spans,
+                "to_spans": b_spans,
+                "spans": b_spans / a_spans,
+                "wall": b["wall_s"] / a["wall_s"],
+                "peak_rss": b["peak_rss_mb"] / a["peak_rss_mb"],
+            }
+            for (a_spans, a), (b_spans, b) in zip(ran, ran[1:])
+        ]
+    return growth
+
+
+def _scale_table(results: dict[str, Any]) -> str:
+    lines = [
+        "| spans | what | wall | CPU | peak RSS (tree) | load avg | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for size in results["sizes"]:
+        gen = size["generate"]
+        lines.append(
+            f"| {size['spans']:,} | generate ({size['files']} files, {size['bytes'] / 1e6:,.0f} MB, "
+            f"{size['bytes_per_span']:.1f} B/span) | {gen['wall_s']:.1f} s | {gen['cpu_s']:.1f} s | "
+            f"{gen['peak_rss_mb']:,.0f} MB | {gen['load_average']:.1f} | |"
+        )
+        for engine, m in size["engines"].items():
+            if "skipped" in m:
+                lines.append(f"| {size['spans']:,} | report, {engine} | - | - | - | - | not run: {m['skipped']} |")
+                continue
+            note = "; ".join(m.get("error", [])) or size.get("agreement", {}).get(f"duckdb_vs_{engine}", "")
+            lines.append(
+                f"| {size['spans']:,} | report, {engine} | {m['wall_s']:.1f} s | {m['cpu_s']:.1f} s | "
+                f"{m['peak_rss_mb']:,.0f} MB | {m['load_average']:.1f}-{m['load_average_after']:.1f} | {note} |"
+            )
+    for engine, steps in results["growth"].items():
+        for g in steps:
+            lines.append(
+                f"growth {engine} {g['from_spans']:,} -> {g['to_spans']:,} spans (x{g['spans']:.1f}): "
+                f"wall x{g['wall']:.2f}, peak RSS x{g['peak_rss']:.2f}"
+            )
+    return "\n".join(lines)
+
+
+def _size(text: str) -> int:
+    """1M, 10M, 100M, or a number of spans."""
+    return SIZES[text] if text in SIZES else int(text.replace("_", ""))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("section", choices=("pipeline", "reader", "engines", "live", "_child"))
+    parser.add_argument("section", choices=("pipeline", "reader", "engines", "live", "scale", "_child", "_generate"))
     parser.add_argument("args", nargs="*")
     parser.add_argument("--spans", type=int, default=1_000_000)
     parser.add_argument("--backend", default="numpy", choices=("numpy", "python"))
@@ -386,9 +585,37 @@ def main() -> None:
         "--no-pure-python", action="store_true", help="pipeline: skip the BRICKSCOPE_PURE_PYTHON=1 run"
     )
     parser.add_argument("--trace", help="pipeline: analyse this file (written before by write_pftrace)")
+    parser.add_argument("--sizes", default="1M,10M", help="scale: sizes in spans (1M, 10M, 100M or a number)")
+    parser.add_argument("--with-100m", action="store_true", help="scale: add 100M spans (the target; ~4 GB of disk)")
+    parser.add_argument("--ranks", type=int, default=8, help="scale: ranks (one directory of files each)")
+    parser.add_argument("--dir", default=tempfile.gettempdir(), help="scale: where the datasets go (deleted after)")
+    parser.add_argument("--memory-max", default="10M", help="scale: largest size the in-memory engine runs at")
+    parser.add_argument("--spark-at", default="10M", help="scale: the size Spark runs at")
+    parser.add_argument("--json-out", help="scale: also write the results as JSON to this file")
+    parser.add_argument(
+        "--memory-cap-gb", type=float, help="scale: kill a report past this memory (default: 90%% of what is available)"
+    )
     args = parser.parse_args()
     if args.section == "_child":
         print(json.dumps(_child_pipeline(*args.args)))
+        return
+    if args.section == "_generate":
+        from _spangen import write_dataset
+
+        root, spans, ranks = args.args
+        print(json.dumps(write_dataset(root, int(spans), ranks=int(ranks))))
+        return
+    if args.section == "scale":
+        try:
+            sizes = [_size(s) for s in args.sizes.split(",")] + ([SIZES["100M"]] if args.with_100m else [])
+            memory_max, spark_at = _size(args.memory_max), _size(args.spark_at)
+        except (KeyError, ValueError) as error:
+            parser.exit(2, f"analysis.py: error: sizes are 1M, 10M, 100M or a number of spans: {error}\n")
+        result = scale(sizes, args.ranks, args.dir, memory_max, spark_at, args.memory_cap_gb)
+        if args.json_out:
+            with open(args.json_out, "w") as out:
+                json.dump(result, out, indent=1)
+        print(json.dumps(result) if args.json else _scale_table(result))
         return
     if args.section == "pipeline":
         result = pipeline(args.spans, args.backend, pure_python=not args.no_pure_python, trace=args.trace)

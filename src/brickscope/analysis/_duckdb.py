@@ -241,10 +241,13 @@ class _Session:
         table: the code lists, row count, impossible spans, sources and notes (no columns).
     """
 
+    #: How the queries are spelled (the Spark engine runs this session with its own).
+    dialect = DUCKDB
+
     def __init__(self, con: Any, files: list[str], be: Any, progress: ProgressCallback | None) -> None:
         self.con, self.files, self.be, self.progress = con, files, be, progress
         self._views()
-        untyped, key = self.query(untyped_query(DUCKDB))[0]
+        untyped, key = self.query(untyped_query(self.dialect))[0]
         if untyped:
             raise AnalysisError(
                 f"{self._what()}: {untyped:,} spans hold {key} (or another attribute the analysis reads) with a value"
@@ -254,7 +257,7 @@ class _Session:
         builder = TableBuilder(self.be)
         self._codes(builder)
         names = ", ".join(f'"{name}"' for name in _NAMES)
-        self._run(f"CREATE TEMP TABLE bs_t AS SELECT ord, {names} FROM ({spans_query(DUCKDB)})")
+        self._materialize("bs_t", f"SELECT ord, {names} FROM ({spans_query(self.dialect)})")
         self.table = Table(
             self.be,
             {},
@@ -308,9 +311,9 @@ class _Session:
     def pull(self, where: str, *, source: str = "bs_sel", whole: bool = False) -> Table:
         """The rows of ``source`` matching ``where``, in row order, as an in-memory table with the
         session's code lists (``whole``: the table of every row, with its sources and notes)."""
-        fetched = self._run(
+        fetched = self._fetch(
             f"SELECT {', '.join(chr(34) + n + chr(34) for n in _NAMES)} FROM {source} WHERE {where} ORDER BY ord"
-        ).fetchnumpy()
+        )
         be = self.be
         columns = {}
         for name in _NAMES:
@@ -329,6 +332,14 @@ class _Session:
             sources=t.sources if whole else [], notes=t.notes if whole else [], launches=t.launches,
             kernel_sources=t.kernel_sources,
         )  # fmt: skip
+
+    def _materialize(self, name: str, sql: str) -> None:
+        """The temporary table ``name`` holding the rows of ``sql``."""
+        self._run(f"CREATE TEMP TABLE {name} AS {sql}")
+
+    def _fetch(self, sql: str) -> dict[str, Any]:
+        """The rows of ``sql`` as one numpy array per column."""
+        return self._run(sql).fetchnumpy()  # type: ignore[no-any-return]
 
     def _what(self) -> str:
         return self.files[0] if len(self.files) == 1 else f"{len(self.files)} files"
@@ -395,26 +406,23 @@ class _Session:
                 lanes[(resource, ordinal, stream)] = (row[7], row[8])
             if row[19] >= 0:
                 launches[(_key(grid), _key(block), smem)] = row[19]
-        con = self.con
-        con.execute(
-            "CREATE TEMP TABLE bs_op_codes (kind_name VARCHAR, name VARCHAR, category_name VARCHAR,"
-            " brick_name VARCHAR, op BIGINT, kind_code BIGINT, category_code BIGINT, comm BOOLEAN)"
+        self.upload(
+            "bs_op_codes",
+            "kind_name VARCHAR, name VARCHAR, category_name VARCHAR, brick_name VARCHAR, op BIGINT, kind_code BIGINT,"
+            " category_code BIGINT, comm BOOLEAN",
+            [(*k, *v) for k, v in ops.items()],
         )
-        con.executemany("INSERT INTO bs_op_codes VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [(*k, *v) for k, v in ops.items()])
-        con.execute("CREATE TEMP TABLE bs_rank_codes (resource VARCHAR, rank_code BIGINT)")
-        con.executemany("INSERT INTO bs_rank_codes VALUES (?, ?)", list(ranks.items()))
-        con.execute(
-            "CREATE TEMP TABLE bs_lane_codes (resource VARCHAR, device_ordinal BIGINT, stream BIGINT,"
-            " device BIGINT, stream_code BIGINT)"
+        self.upload("bs_rank_codes", "resource VARCHAR, rank_code BIGINT", list(ranks.items()))
+        self.upload(
+            "bs_lane_codes",
+            "resource VARCHAR, device_ordinal BIGINT, stream BIGINT, device BIGINT, stream_code BIGINT",
+            [(*k, *v) for k, v in lanes.items()],
         )
-        if lanes:
-            con.executemany("INSERT INTO bs_lane_codes VALUES (?, ?, ?, ?, ?)", [(*k, *v) for k, v in lanes.items()])
-        con.execute("CREATE TEMP TABLE bs_launch_codes (grid BIGINT[], block BIGINT[], smem BIGINT, launch BIGINT)")
-        if launches:
-            con.executemany(
-                "INSERT INTO bs_launch_codes VALUES (?, ?, ?, ?)",
-                [(_list(g), _list(b), s, code) for (g, b, s), code in launches.items()],
-            )
+        self.upload(
+            "bs_launch_codes",
+            "grid BIGINT[], block BIGINT[], smem BIGINT, launch BIGINT",
+            [(_list(g), _list(b), s, code) for (g, b, s), code in launches.items()],
+        )
 
     def _run(self, sql: str) -> Any:
         """Run ``sql``, reporting DuckDB's progress while it runs when asked."""

@@ -41,12 +41,20 @@ class Choice:
 
 def is_parquet(path: str) -> bool:
     """Whether an input names only Parquet span files: a ``.parquet`` file, or a directory or glob
-    whose trace files (as :func:`~brickscope.analysis.load` finds them) are all ``.parquet``.
+    whose trace files (as :func:`~brickscope.analysis.load` finds them) are all ``.parquet``; a
+    URI is taken to (Spark reads it, and names a file that is not one).
 
     Raises:
         AnalysisError: the input is missing, or a directory or glob names no trace file.
     """
+    if is_uri(path):
+        return True
     return all(name.endswith(".parquet") for name in _expand(path))
+
+
+def is_uri(path: str) -> bool:
+    """Whether an input is a URI (``s3a://bucket/run/``, ``hdfs://...``): Spark's file systems read it."""
+    return "://" in path
 
 
 def choose(inputs: Sequence[str], requested: str | None) -> Choice:
@@ -56,6 +64,9 @@ def choose(inputs: Sequence[str], requested: str | None) -> Choice:
     Raises:
         AnalysisError: a SQL engine was asked for inputs that are not Parquet span files.
     """
+    for path in map(os.fspath, inputs):
+        if is_uri(path) and requested != "spark":
+            raise AnalysisError(f"{path}: a URI, which --engine spark reads (the other engines read local files)")
     parquet = bool(inputs) and all(is_parquet(os.fspath(path)) for path in inputs)
     if requested is not None:
         if requested != "memory" and not parquet:
@@ -98,6 +109,10 @@ def load_with(
 
         progress = progress_for(f"{_label(inputs)} (duckdb)") if progress_for is not None else None
         return load_parquet(*map(os.fspath, inputs), backend=backend, progress=progress)
+    if engine == "spark":
+        from brickscope.analysis._spark import load_spark
+
+        return load_spark(*map(os.fspath, inputs), backend=backend)
     raise AnalysisError(f"--engine {engine}: not available in this installation")
 
 
@@ -121,6 +136,10 @@ def report_with(
 
         progress = progress_for(f"{_label(inputs)} (duckdb)") if progress_for is not None else None
         return report_parquet(*map(os.fspath, inputs), backend=backend, progress=progress, **options)
+    if engine == "spark":
+        from brickscope.analysis._spark import report_spark
+
+        return report_spark(*map(os.fspath, inputs), backend=backend, **options)
     raise AnalysisError(f"--engine {engine}: not available in this installation")
 
 

@@ -42,6 +42,7 @@ from brickscope.analysis._operations import (
 from brickscope.analysis._peaks import Peak
 from brickscope.analysis._placement import balance, devices_of, ranks_of, throughput
 from brickscope.analysis._roofline import points_of
+from brickscope.analysis._sql import Dialect
 from brickscope.analysis._stalls import overlaps_of
 from brickscope.analysis._stats import nearest_rank
 from brickscope.analysis._table import (
@@ -73,6 +74,9 @@ _EXACT_FLOAT = float(1 << 53)
 
 class Session(Protocol):
     """What the SQL sections need of an engine's session over the spans table ``bs_t``."""
+
+    #: How the engine spells what SQL engines spell differently.
+    dialect: Dialect
 
     def query(self, sql: str) -> list[tuple[Any, ...]]: ...
 
@@ -515,11 +519,12 @@ class SqlAnalysis:
         into memory; a trace without steps is pulled whole (its graph is one per rank)."""
         if not self._one(f"SELECT count(*) FROM bs_sel WHERE kind = {KIND_STEP}"):
             return critical_paths(self.s.pull("true"), slowest=top)
+        union = self.s.dialect.recursive_union
         self.s.query(f"""
             CREATE OR REPLACE TEMP VIEW bs_top_steps AS
             WITH RECURSIVE up(ord, ancestor) AS (
                 SELECT ord, parent_id FROM bs_sel WHERE kind = {KIND_STEP}
-                UNION
+                {union}
                 SELECT up.ord, p.parent_id FROM up JOIN bs_sel p ON p.span_id = up.ancestor
                 WHERE up.ancestor <> 0 AND p.kind <> {KIND_STEP}
             ),
@@ -528,10 +533,10 @@ class SqlAnalysis:
             SELECT ord, span_id FROM bs_sel WHERE kind = {KIND_STEP} AND ord NOT IN (SELECT ord FROM nested)
             ORDER BY start - "end", ord LIMIT {int(top)}""")
         return critical_paths(
-            self.s.pull("""ord IN (
+            self.s.pull(f"""ord IN (
                 WITH RECURSIVE down(ord, span_id) AS (
                     SELECT ord, span_id FROM bs_top_steps
-                    UNION
+                    {union}
                     SELECT c.ord, c.span_id FROM bs_sel c JOIN down d ON c.parent_id = d.span_id WHERE c.parent_id <> 0
                 ) SELECT ord FROM down)"""),
             slowest=top,
