@@ -90,7 +90,9 @@ class SparkSettings:
         env = os.environ if environ is None else environ
         master = env.get(BRICKSCOPE_SPARK_MASTER, "").strip() or None
         if master is not None and any(ch.isspace() for ch in master):
-            raise SparkSetupError(f"{BRICKSCOPE_SPARK_MASTER} {master!r}: a master URL has no spaces (local[4], spark://host:7077, yarn)")
+            raise SparkSetupError(
+                f"{BRICKSCOPE_SPARK_MASTER} {master!r}: a master URL has no spaces (local[4], spark://host:7077, yarn)"
+            )
         return cls(master=master, conf=parse_conf(env.get(BRICKSCOPE_SPARK_CONF, "")))
 
 
@@ -103,7 +105,9 @@ def parse_conf(text: str) -> tuple[tuple[str, str], ...]:
     try:
         words = shlex.split(text)
     except ValueError as exc:
-        raise SparkSetupError(f"{BRICKSCOPE_SPARK_CONF}: {exc} (expected key=value pairs separated by spaces)") from None
+        raise SparkSetupError(
+            f"{BRICKSCOPE_SPARK_CONF}: {exc} (expected key=value pairs separated by spaces)"
+        ) from None
     pairs = []
     for word in words:
         key, sep, value = word.partition("=")
@@ -135,7 +139,9 @@ def spark_session(settings: SparkSettings | None = None) -> Any:
             f" (unset SPARK_REMOTE; give a master URL in {BRICKSCOPE_SPARK_MASTER} or spark-submit --master)"
         )
     if not _java_found():
-        raise SparkSetupError("--engine spark needs Java 17 or later for Spark: none found (set JAVA_HOME or put java on PATH)")
+        raise SparkSetupError(
+            "--engine spark needs Java 17 or later for Spark: none found (set JAVA_HOME or put java on PATH)"
+        )
     builder = SparkSession.builder.appName(settings.app_name)
     if settings.master:
         builder = builder.master(settings.master)
@@ -143,7 +149,7 @@ def spark_session(settings: SparkSettings | None = None) -> Any:
         builder = builder.config(key, value)
     try:
         return builder.getOrCreate()
-    except Exception as exc:  # noqa: BLE001  (py4j, the JVM and the cluster manager raise many types)
+    except Exception as exc:  # py4j, the JVM and the cluster manager raise many types
         raise SparkSetupError(f"Spark did not start: {_spark_message(exc)}") from None
 
 
@@ -156,8 +162,7 @@ def _java_found() -> bool:
 
 def _spark_message(exc: BaseException) -> str:
     """The first line of what Spark said: its error class and message, no Java stack."""
-    text = one_line(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
-    return text
+    return one_line(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
 
 
 def load_spark(*inputs: str, backend: str | None = None, spark: Any = None) -> Table:
@@ -223,7 +228,7 @@ def _session(inputs: Sequence[str], backend: str | None, spark: Any) -> Iterator
         yield _SparkSession(spark, [os.fspath(item) for item in inputs], get_backend(backend))
     except AnalysisError:
         raise
-    except Exception as exc:  # noqa: BLE001  (Spark's AnalysisException, the JVM's through py4j)
+    except Exception as exc:  # Spark's AnalysisException, the JVM's through py4j
         raise AnalysisError(f"{', '.join(map(str, inputs))}: {_spark_message(exc)}") from None
     finally:
         spark.sql("UNCACHE TABLE IF EXISTS bs_t")
@@ -277,7 +282,9 @@ class _SparkSession(_Session):
             CREATE OR REPLACE TEMP VIEW bs_source AS
             SELECT {columns}, f.idx AS file, shiftleft(f.idx, {_ORD_SHIFT}) + s.bs_row AS ord
             FROM bs_parquet s JOIN bs_files f ON f.path = s.bs_path""")
-        spark.sql(f"CREATE OR REPLACE TEMP VIEW bs_reasoned AS SELECT *, {impossible_reason()} AS reason FROM bs_source")
+        spark.sql(
+            f"CREATE OR REPLACE TEMP VIEW bs_reasoned AS SELECT *, {impossible_reason()} AS reason FROM bs_source"
+        )
         spark.sql("CREATE OR REPLACE TEMP VIEW bs_valid AS SELECT * FROM bs_reasoned WHERE reason IS NULL")
 
     def _materialize(self, name: str, sql: str) -> None:
@@ -297,7 +304,7 @@ def _read(spark: Any, inputs: list[str]) -> Any:
     reader = spark.read.option("recursiveFileLookup", "true").option("pathGlobFilter", "*.parquet")
     try:
         frame = reader.parquet(*inputs)
-    except Exception as exc:  # noqa: BLE001  (pyspark's AnalysisException and the JVM's)
+    except Exception as exc:  # pyspark's AnalysisException and the JVM's
         raise AnalysisError(_input_message(inputs, exc)) from None
     missing = [name for name in SOURCE_COLUMNS if name not in frame.columns]
     if missing:  # the first file read has none: each file's footer is checked later, by name
@@ -350,7 +357,7 @@ def check_footer(spark: Any, uri: str) -> None:
             present = {field.getName() for field in meta.getSchema().getFields()}
         finally:
             reader.close()
-    except Exception as exc:  # noqa: BLE001  (a Java IOException through py4j)
+    except Exception as exc:  # a Java IOException through py4j
         raise AnalysisError(
             f"{name}: not a complete Parquet file (a writer killed before its footer?): {_spark_message(exc)}"
         ) from None
