@@ -165,12 +165,20 @@ class TestCommandLine:
         said = [line for line in capsys.readouterr().err.splitlines() if "engine" in line]
         assert said == [f"brickscope report: engine duckdb ({_rows(path):,} spans in Parquet; --engine to choose)"]
 
-    def test_diff_on_duckdb_is_the_in_memory_diff(self, tmp_path, capsys, engine_cases):
-        base, new = self._trace(tmp_path, engine_cases, 2), self._trace(tmp_path, engine_cases, 5)
-        assert main(["diff", base, new, "--format", "json", "--engine", "duckdb", "-q"]) == 0
-        sql = capsys.readouterr().out
-        assert main(["diff", base, new, "--format", "json", "--engine", "memory", "-q"]) == 0
-        assert json.loads(sql) == json.loads(capsys.readouterr().out)
+    @pytest.mark.parametrize(
+        "options", [[], ["--step", "1:"], ["--rank", "1", "--device", "1"]], ids=["all", "steps", "rank-device"]
+    )
+    def test_diff_on_duckdb_is_the_in_memory_diff(self, tmp_path, capsys, engine_cases, options):
+        """Each run's statistics computed in SQL: the same comparison, JSON and stderr, one run a
+        side (the instances' test) and several (the steps' medians)."""
+        runs = [self._trace(tmp_path, engine_cases, seed) for seed in (1, 3, 7, 9)]  # launcher ranks 0, 1, 2
+        for sides in ([runs[0], runs[1]], ["--base", runs[0], runs[1], "--new", runs[2], runs[3]]):
+            assert main(["diff", *sides, "--format", "json", "--engine", "duckdb", "-q", *options]) == 0
+            sql = capsys.readouterr()
+            assert main(["diff", *sides, "--format", "json", "--engine", "memory", "-q", *options]) == 0
+            memory = capsys.readouterr()
+            assert json.loads(sql.out) == json.loads(memory.out)
+            assert sql.err == memory.err
 
     def test_a_sql_engine_refuses_other_formats_in_one_line(self, tmp_path, capsys):
         trace = tmp_path / "t.json"
@@ -181,6 +189,14 @@ class TestCommandLine:
             f"brickscope report: {trace}: --engine duckdb reads Parquet span files; convert it first"
             f" (brickscope convert {trace} -o t.parquet) or use --engine memory\n"
         )
+
+    def test_a_directory_is_parquet_only_when_every_trace_file_is(self, tmp_path, capsys, engine_cases):
+        """A run directory holding a Parquet file and an OTLP JSON one: the refusal names the JSON file."""
+        (tmp_path / "run").mkdir()
+        engine_cases.write_parquet(engine_cases.generate(1), tmp_path / "run" / "a.parquet")
+        (tmp_path / "run" / "b.json").write_text("{}")
+        assert main(["report", str(tmp_path / "run"), "--engine", "duckdb"]) == 1
+        assert capsys.readouterr().err.startswith(f"brickscope report: {tmp_path / 'run' / 'b.json'}: --engine duckdb")
 
 
 def _rows(path: str) -> int:

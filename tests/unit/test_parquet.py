@@ -53,10 +53,21 @@ def _spans() -> list:
         T0 + 500,
         1,
         attributes={
-            A.SCOPE_KIND: "brick", A.BRICK_CATEGORY: "ffn", A.BRICK_NAME: "gemm", A.CLOCK: "host",
-            A.BRICK_SELF_DURATION_NS: 300, A.STEP_NUMBER: 0, A.LAYER_INDEX: 2, A.THREAD_ID: 77,
-            A.BRICK_ELEMENTS: 4096, "bytes": 1 << 20, A.WORK_FLOPS: 2.5e9, A.WORK_OUTPUT_SHAPE: (16, 32),
-            A.WORK_DTYPE: "bfloat16", A.OUTPUT_CHECKSUM: "ffffffffffffff01", "user.note": "kept as JSON",
+            A.SCOPE_KIND: "brick",
+            A.BRICK_CATEGORY: "ffn",
+            A.BRICK_NAME: "gemm",
+            A.CLOCK: "host",
+            A.BRICK_SELF_DURATION_NS: 300,
+            A.STEP_NUMBER: 0,
+            A.LAYER_INDEX: 2,
+            A.THREAD_ID: 77,
+            A.BRICK_ELEMENTS: 4096,
+            "bytes": 1 << 20,
+            A.WORK_FLOPS: 2.5e9,
+            A.WORK_OUTPUT_SHAPE: (16, 32),
+            A.WORK_DTYPE: "bfloat16",
+            A.OUTPUT_CHECKSUM: "ffffffffffffff01",
+            "user.note": "kept as JSON",
             A.TILE_COUNT.format("micro"): 12,
         },  # fmt: skip
         events=[Event("exception", {"exception.type": "ValueError"}, timestamp=T0 + 400)],
@@ -71,9 +82,16 @@ def _spans() -> list:
         T0 + 300,
         (1 << 64) - 2,
         attributes={
-            A.SCOPE_KIND: "kernel", A.CLOCK: "cuda", A.GPU_DEVICE_ID: 1, A.GPU_STREAM_ID: 0x7F00,
-            A.GPU_DURATION_NS: 200, A.KERNEL_GRID: (4, 1, 1), A.KERNEL_BLOCK: (128, 1, 1),
-            A.KERNEL_SHARED_MEM_BYTES: 0, A.KERNEL_SOURCE_HASH: "00000000000000ff", A.BRICK_NAME: "gemm",
+            A.SCOPE_KIND: "kernel",
+            A.CLOCK: "cuda",
+            A.GPU_DEVICE_ID: 1,
+            A.GPU_STREAM_ID: 0x7F00,
+            A.GPU_DURATION_NS: 200,
+            A.KERNEL_GRID: (4, 1, 1),
+            A.KERNEL_BLOCK: (128, 1, 1),
+            A.KERNEL_SHARED_MEM_BYTES: 0,
+            A.KERNEL_SOURCE_HASH: "00000000000000ff",
+            A.BRICK_NAME: "gemm",
         },  # fmt: skip
         links=[Link(SpanContext(9, 8, False), {"why": "batch"})],
         resource=RESOURCE,
@@ -212,13 +230,17 @@ class TestRefusals:
     def test_another_schema_is_refused_in_one_line(self, tmp_path):
         path = tmp_path / "other.parquet"
         pq.write_table(pa.table({"x": [1, 2]}), path)
-        with pytest.raises(TraceFileError, match=r"^.*other\.parquet: not a brickscope span file: no brickscope\.schema_version"):
+        with pytest.raises(
+            TraceFileError, match=r"^.*other\.parquet: not a brickscope span file: no brickscope\.schema_version"
+        ):
             list(open_spans(path))
 
     def test_a_newer_version_is_refused(self, tmp_path):
         path = tmp_path / "new.parquet"
         pq.write_table(self._table(**{"brickscope.schema_version": b"2"}), path)
-        with pytest.raises(TraceFileError, match=r"new\.parquet: schema version 2 is newer than this brickscope reads \(1\)"):
+        with pytest.raises(
+            TraceFileError, match=r"new\.parquet: schema version 2 is newer than this brickscope reads \(1\)"
+        ):
             list(open_spans(path))
 
     def test_a_missing_column_is_named(self, tmp_path):

@@ -61,6 +61,25 @@ class TestParts:
         assert rows == [4, 3]
         assert _names(tmp_path / "out") == [f"brick{i}" for i in range(7)]
 
+    def test_parts_roll_at_part_interval(self, tmp_path):
+        """An export that finds the part 60 s old publishes it, the batch included; a younger
+        part stays open. Time is driven by the test."""
+        now = [0]
+        exporter = ParquetSpanExporter(tmp_path / "out", part_interval_millis=60_000, clock=lambda: now[0])
+        exporter.export(_spans(2))  # opens the part at t=0
+        now[0] = 59_999_000_000
+        exporter.export(_spans(1, first=2))
+        assert exporter.parts == []
+        now[0] = 60_000_000_000
+        exporter.export(_spans(1, first=3))
+        assert len(exporter.parts) == 1 and pq.ParquetFile(exporter.parts[0]).metadata.num_rows == 4
+        exporter.export(_spans(1, first=4))  # a new part, opened at t=60 s
+        now[0] = 119_000_000_000
+        exporter.export(_spans(1, first=5))
+        assert len(exporter.parts) == 1
+        exporter.shutdown()
+        assert _names(tmp_path / "out") == [f"brick{i}" for i in range(6)]
+
     def test_nothing_readable_until_flushed_then_everything(self, tmp_path):
         """The open part is hidden from readers; force_flush publishes it."""
         exporter = ParquetSpanExporter(tmp_path / "out")
@@ -79,7 +98,10 @@ class TestParts:
         for first in (0, 2):
             with ParquetSpanExporter(tmp_path / "out") as exporter:
                 exporter.export(_spans(2, first=first))
-        assert [os.path.basename(p) for p in parquet_files(tmp_path / "out")] == ["part-00000.parquet", "part-00001.parquet"]
+        assert [os.path.basename(p) for p in parquet_files(tmp_path / "out")] == [
+            "part-00000.parquet",
+            "part-00001.parquet",
+        ]
 
     def test_run_column(self, tmp_path, monkeypatch):
         """run: the argument, else BRICKSCOPE_PARQUET_RUN, else the resource's service.instance.id."""
@@ -119,6 +141,8 @@ class TestPathTemplate:
     def test_bad_part_rows(self, monkeypatch):
         with pytest.raises(ValueError, match="at least 1"):
             ParquetSpanExporter(part_rows=0)
+        with pytest.raises(ValueError, match="at least 1"):
+            ParquetSpanExporter(part_interval_millis=0)
         monkeypatch.setenv(env.BRICKSCOPE_PARQUET_PART_ROWS, "many")
         with pytest.raises(ValueError, match="BRICKSCOPE_PARQUET_PART_ROWS='many' is not a whole number"):
             ParquetSpanExporter()
@@ -186,7 +210,9 @@ class TestZeroCode:
             "LOCAL_RANK": "3",
             "WORLD_SIZE": "4",
         }
-        result = subprocess.run([sys.executable, "-c", program], env=environ, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [sys.executable, "-c", program], env=environ, capture_output=True, text=True, timeout=120
+        )
         assert result.returncode == 0, result.stderr
         (part,) = parquet_files(tmp_path / "job")
         assert os.path.dirname(part) == str(tmp_path / "job" / "rank-3")

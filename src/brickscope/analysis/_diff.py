@@ -185,13 +185,25 @@ def summarise(table: Table) -> RunSummary:
         if offsets[code + 1] > offsets[code]:
             chunks.setdefault(key, []).append(ordered[offsets[code] : offsets[code + 1]])
     in_steps = work.select(be.mask_range(work["step"], 0, None))
-    per_step: dict[tuple[str, str], dict[int, int]] = {}
+    step_sums: list[tuple[int, int, int]] = []
     if in_steps.rows:  # the self time of each (operation, step): one key per pair
         step_count = be.group_max(be.full(in_steps.rows, 0, "int64"), 1, in_steps["step"])[0] + 1
         pairs, sums = be.sum_by_key(be.combine(in_steps["op"], in_steps["step"], step_count), in_steps["self"])
-        for pair, total in zip(pairs, sums):
-            steps = per_step.setdefault(keys[pair // step_count], {})  # one name, two categories: summed
-            steps[pair % step_count] = steps.get(pair % step_count, 0) + total
+        step_sums = [(pair // step_count, pair % step_count, total) for pair, total in zip(pairs, sums)]
+    return summary_of(table, chunks, step_sums)
+
+
+def summary_of(
+    table: Table, chunks: dict[tuple[str, str], list[Any]], step_sums: Sequence[tuple[int, int, int]]
+) -> RunSummary:
+    """A run's summary from its instances' sorted self times by (kind, name) (one sorted column
+    per op code of that name, in op code order) and the self time of each (op code, step)."""
+    be = table.backend
+    keys = [(op.kind, op.name) for op in table.operations]
+    per_step: dict[tuple[str, str], dict[int, int]] = {}
+    for op, step, total in step_sums:
+        steps = per_step.setdefault(keys[op], {})  # one name, two categories: summed
+        steps[step] = steps.get(step, 0) + total
     operations = {}
     for key, parts in chunks.items():  # one name under two categories: both halves, re-sorted
         instances = parts[0] if len(parts) == 1 else be.sort(be.concat(parts, "int64"))

@@ -138,6 +138,32 @@ def load_parquet(
         return session.pull("true", source="bs_t", whole=True)
 
 
+def summarise_parquet(
+    *inputs: str,
+    backend: str | None = None,
+    memory_limit: str | None = None,
+    temp_directory: str | None = None,
+    threads: int | None = None,
+    progress: ProgressCallback | None = None,
+    **filters: Any,
+) -> tuple[Any, list[str]]:
+    """One run's :class:`~brickscope.analysis._diff.RunSummary` (what ``diff`` compares) of Parquet
+    span files, computed by DuckDB: the same summary as ``summarise(load(...))``; and the notes
+    on its input (impossible spans left out, per file).
+
+    Args:
+        inputs, backend, memory_limit, temp_directory, threads, progress: as :func:`load_parquet`.
+        filters: ``steps``, ``ranks``, ``devices``, as :func:`~brickscope.analysis.select`'s.
+
+    Raises:
+        AnalysisError: as :func:`load_parquet`, and as :func:`~brickscope.analysis.select`.
+    """
+    from brickscope.analysis._sqlreport import SqlAnalysis
+
+    with _session(inputs, backend, memory_limit, temp_directory, threads, progress) as session:
+        return SqlAnalysis(session, session.table).summary(**filters), list(session.table.notes)
+
+
 def report_parquet(
     *inputs: str,
     backend: str | None = None,
@@ -268,6 +294,22 @@ class _Session:
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} ({columns})")
         if rows:
             self.con.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+
+    def sorted_groups(self, source: str) -> list[tuple[int, Any]]:
+        """Per key of ``source`` (a query of ``key, value``), in key order: its values sorted, as
+        an ``array.array`` of int64 (sorted by DuckDB, out of core)."""
+        fetched = self._run(f"SELECT key, value FROM ({source}) ORDER BY key, value").fetchnumpy()
+        keys, values = fetched["key"], fetched["value"].astype("<i8")
+        out = []
+        if len(keys):
+            import numpy as np
+
+            bounds = [0, *(np.flatnonzero(keys[1:] != keys[:-1]) + 1).tolist(), len(keys)]
+            for low, high in zip(bounds, bounds[1:]):
+                chunk = array.array("q")
+                chunk.frombytes(values[low:high].tobytes())
+                out.append((int(keys[low]), chunk))
+        return out
 
     def pull(self, where: str, *, source: str = "bs_sel", whole: bool = False) -> Table:
         """The rows of ``source`` matching ``where``, in row order, as an in-memory table with the

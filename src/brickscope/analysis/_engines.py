@@ -143,6 +143,33 @@ def report_with(
     raise AnalysisError(f"--engine {engine}: not available in this installation")
 
 
+def summarise_with(
+    engine: str,
+    inputs: Sequence[str],
+    *,
+    backend: str | None = None,
+    progress_for: Callable[[str], Any] | None = None,
+    **filters: Any,
+) -> Any:
+    """One run's summary for ``diff`` computed by a SQL ``engine`` (``filters``: ``steps``,
+    ``ranks``, ``devices``), and the notes on its input.
+
+    Raises:
+        AnalysisError: as :func:`~brickscope.analysis.select` and the engine's loader say, or the
+            engine is not installed.
+    """
+    if engine == "duckdb":
+        from brickscope.analysis._duckdb import summarise_parquet
+
+        progress = progress_for(f"{_label(inputs)} (duckdb)") if progress_for is not None else None
+        return summarise_parquet(*map(os.fspath, inputs), backend=backend, progress=progress, **filters)
+    if engine == "spark":
+        from brickscope.analysis._spark import summarise_spark
+
+        return summarise_spark(*map(os.fspath, inputs), backend=backend, **filters)
+    raise AnalysisError(f"--engine {engine}: not available in this installation")
+
+
 def _label(inputs: Sequence[str]) -> str:
     return os.path.basename(os.fspath(inputs[0]).rstrip(os.sep)) if len(inputs) == 1 else f"{len(inputs)} inputs"
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import glob
+import importlib.util
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
@@ -20,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 from brickscope.analysis._backend import get_backend
 from brickscope.analysis._table import KIND_BRICK, KIND_KERNEL, Table, TableBuilder
 from brickscope.offline._errors import one_line
+from brickscope.offline._integrity import describe_impossible
 
 #: Called as ``progress(bytes_read, total_bytes)`` over all inputs while loading.
 ProgressCallback = Callable[[int, int], None]
@@ -128,15 +130,14 @@ def _load_files(
         if progress is not None:
             report = (lambda offset: lambda done, _total: progress(offset + done, total))(before)
         rows = builder.rows
+        callback = report if progress_for is None else progress_for(path)
         try:
-            with _read(path, allow_truncated, report if progress_for is None else progress_for(path)) as spans:
-                builder.add_records(spans)
-            if spans.truncation is not None:
-                builder.notes.append(f"{spans.truncation}; analysed the valid prefix ({spans.spans_read:,} spans)")
-            if spans.dropped:
-                for reason, count in spans.dropped.items():
-                    builder.impossible[reason] = builder.impossible.get(reason, 0) + count
-                builder.notes.append(spans.dropped_line())
+            if not _add_parquet(builder, path, callback):
+                with _read(path, allow_truncated, callback) as spans:
+                    builder.add_records(spans)
+                if spans.truncation is not None:
+                    builder.notes.append(f"{spans.truncation}; analysed the valid prefix ({spans.spans_read:,} spans)")
+                _note_impossible(builder, spans.dropped, spans.dropped_line())
         except (ValueError, OSError, EOFError) as exc:
             raise AnalysisError(_one_line(path, exc)) from None
         if builder.rows == rows:
@@ -146,6 +147,34 @@ def _load_files(
     table = builder.build(release=True)
     _require_work(table, files[0] if len(files) == 1 else f"{len(files)} files")
     return table
+
+
+def _add_parquet(builder: TableBuilder, path: str, progress: ProgressCallback | None) -> bool:
+    """A Parquet span file straight into rows (brickscope.analysis._parquet) when pyarrow is
+    installed and the file allows it; False: read it as spans."""
+    from brickscope.analysis._parquet import add_parquet, is_parquet
+
+    if not is_parquet(path) or importlib.util.find_spec("pyarrow") is None:
+        return False
+    added = add_parquet(builder, path, progress)
+    if added is None:
+        return False
+    rows, dropped = added
+    if dropped:
+        count = sum(dropped.values())
+        line = one_line(f"{path}: {count:,} impossible span{'s' if count > 1 else ''} left out ({describe_impossible(dropped)})")
+        if not rows:
+            raise AnalysisError(one_line(f"{path}: every span is impossible ({describe_impossible(dropped)}): refused"))
+        _note_impossible(builder, dropped, line)
+    return True
+
+
+def _note_impossible(builder: TableBuilder, dropped: dict[str, int], line: str | None) -> None:
+    """Count a file's impossible spans in the table and say so in its notes."""
+    if dropped and line is not None:
+        for reason, count in dropped.items():
+            builder.impossible[reason] = builder.impossible.get(reason, 0) + count
+        builder.notes.append(line)
 
 
 @contextlib.contextmanager

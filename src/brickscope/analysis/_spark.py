@@ -167,7 +167,8 @@ def _spark_message(exc: BaseException) -> str:
 
 def load_spark(*inputs: str, backend: str | None = None, spark: Any = None) -> Table:
     """The analysis table of Parquet span files, computed by Spark and brought to the driver
-    (what ``diff`` reads; ``report`` uses :func:`report_spark`, which brings only figures).
+    (what ``diff --divergence`` reads; ``report`` and ``diff`` bring only figures:
+    :func:`report_spark`, :func:`summarise_spark`).
 
     Args:
         inputs: files, directories (every ``*.parquet`` below) or Hadoop globs, local paths
@@ -200,6 +201,25 @@ def report_spark(*inputs: str, backend: str | None = None, spark: Any = None, **
 
     with _session(inputs, backend, spark) as session:
         return SqlAnalysis(session, session.table).report(**options)
+
+
+def summarise_spark(
+    *inputs: str, backend: str | None = None, spark: Any = None, **filters: Any
+) -> tuple[Any, list[str]]:
+    """One run's :class:`~brickscope.analysis._diff.RunSummary` (what ``diff`` compares),
+    computed by Spark SQL, and the notes on its input (impossible spans left out, per file).
+
+    Args:
+        inputs, backend, spark: as :func:`load_spark`.
+        filters: ``steps``, ``ranks``, ``devices``, as :func:`~brickscope.analysis.select`'s.
+
+    Raises:
+        AnalysisError: as :func:`load_spark`, and as :func:`~brickscope.analysis.select`.
+    """
+    from brickscope.analysis._sqlreport import SqlAnalysis
+
+    with _session(inputs, backend, spark) as session:
+        return SqlAnalysis(session, session.table).summary(**filters), list(session.table.notes)
 
 
 #: Session SQL settings while brickscope's queries run, restored after (an application's

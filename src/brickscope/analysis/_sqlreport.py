@@ -85,6 +85,10 @@ class Session(Protocol):
     def pull(self, where: str) -> Table:
         """The rows of ``bs_sel`` matching ``where``, in row order, as an in-memory table."""
 
+    def sorted_groups(self, source: str) -> list[tuple[int, Any]]:
+        """Per key of ``source`` (a query of ``key, value``), in key order: its values sorted, as
+        an ``array.array`` of int64."""
+
 
 class SqlAnalysis:
     """The report of the spans table, section by section (see the module docstring).
@@ -147,6 +151,31 @@ class SqlAnalysis:
             host=host_time(few, self._extents()),
             stalls=self._stalls(found, top),
         )
+
+    def summary(
+        self,
+        *,
+        steps: tuple[int | None, int | None] | None = None,
+        ranks: list[str] | None = None,
+        devices: list[int] | None = None,
+    ) -> Any:
+        """The run's :class:`~brickscope.analysis._diff.RunSummary` (what ``diff`` compares): the
+        self time of each (operation, step) summed in SQL, and the instances' self times, sorted in
+        SQL, held as one int64 column (8 bytes an instance, not a table row)."""
+        from brickscope.analysis._diff import summary_of
+
+        self._select(steps, ranks, devices)
+        be = self.t.backend
+        keys = [(op.kind, op.name) for op in self.t.operations]
+        chunks: dict[tuple[str, str], list[Any]] = {}
+        for op, values in self.s.sorted_groups(
+            f"SELECT op AS key, self AS value FROM bs_sel WHERE {_WORK}"
+        ):  # fmt: skip
+            chunks.setdefault(keys[op], []).append(be.from_array(values, "int64", copy=False))
+        step_sums = self.s.query(
+            f"SELECT op, step, sum(self) FROM bs_sel WHERE {_WORK} AND step >= 0 GROUP BY op, step ORDER BY op, step"
+        )
+        return summary_of(self.t, chunks, [(op, step, int(total)) for op, step, total in step_sums])
 
     # --- filters --------------------------------------------------------------------------
 

@@ -23,10 +23,10 @@ import sys
 from typing import Any
 
 from brickscope.analysis._communication import MIN_RATIO
-from brickscope.analysis._diff import ALPHA, MIN_CHANGE_PCT, compare
+from brickscope.analysis._diff import ALPHA, MIN_CHANGE_PCT, compare, compare_runs
 from brickscope.analysis._divergence import divergence
 from brickscope.analysis._engine import analyse, select
-from brickscope.analysis._engines import ENGINES, choose, load_with, report_with
+from brickscope.analysis._engines import ENGINES, choose, load_with, report_with, summarise_with
 from brickscope.analysis._load import AnalysisError
 from brickscope.analysis._memory import HOTSPOT_SHARE
 from brickscope.analysis._peaks import Peak
@@ -149,9 +149,13 @@ def run_diff(args: argparse.Namespace) -> int:
         )
     try:
         engine = _engine(args, [*base_runs, *new_runs])
-        base = [_filtered(args, [run], engine) for run in base_runs]
-        new = [_filtered(args, [run], engine) for run in new_runs]
-        comparison = compare(base, new, alpha=args.alpha, min_change_pct=args.min_change)
+        if engine == "memory":
+            base = [_filtered(args, [run], engine) for run in base_runs]
+            new = [_filtered(args, [run], engine) for run in new_runs]
+            comparison = compare(base, new, alpha=args.alpha, min_change_pct=args.min_change)
+        else:  # each run's statistics computed by the SQL engine
+            base, new = ([_summary_sql(args, engine, run) for run in runs] for runs in (base_runs, new_runs))
+            comparison = compare_runs(base, new, alpha=args.alpha, min_change_pct=args.min_change)
     except AnalysisError as exc:
         return _fail(args, exc)
     sys.stdout.write(render_comparison(comparison, args.format))
@@ -259,6 +263,27 @@ def run_report(args: argparse.Namespace) -> int:
     text = render(report, args.format)
     sys.stdout.write(text)
     return EXIT_OK
+
+
+def _summary_sql(args: argparse.Namespace, engine: str, run: str) -> Any:
+    """One run's diff statistics computed by a SQL engine, with its progress line and notes on stderr."""
+    shown: list[Progress] = []
+
+    def progress_for(label: str) -> Progress:
+        shown.append(Progress(label, quiet=args.quiet or not sys.stderr.isatty()))
+        return shown[-1]
+
+    try:
+        summary, notes = summarise_with(
+            engine, [run], backend=args.backend, progress_for=progress_for, steps=args.step, ranks=args.rank,
+            devices=args.device,
+        )  # fmt: skip
+    finally:
+        for progress in shown:
+            progress.finish()
+    for note in notes:
+        print(one_line(note), file=sys.stderr)
+    return summary
 
 
 def _report_sql(args: argparse.Namespace, engine: str, options: dict[str, Any]) -> Any:

@@ -65,7 +65,9 @@ def check_parquet_schema(schema: Any, metadata: dict[bytes, bytes] | None = None
     try:
         number = int(version)
     except ValueError:
-        raise ParquetFormatError(f"{SCHEMA_VERSION_KEY} is {version.decode(errors='replace')!r}, not a number") from None
+        raise ParquetFormatError(
+            f"{SCHEMA_VERSION_KEY} is {version.decode(errors='replace')!r}, not a number"
+        ) from None
     if number > PARQUET_SCHEMA_VERSION:
         raise ParquetFormatError(
             f"schema version {number} is newer than this brickscope reads ({PARQUET_SCHEMA_VERSION}): upgrade brickscope"

@@ -75,6 +75,10 @@ def _loads(text: str) -> dict[str, Any]:
     return {key: _attribute_value(value) for key, value in json.loads(text).items()}
 
 
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 class _ResourceRow:
     """The columns a resource fills, computed once per resource."""
 
@@ -85,12 +89,11 @@ class _ResourceRow:
         instance = attributes.get("service.instance.id")
         pid = attributes.get("process.pid")
         rank = attributes.get(A.RANK)
-        text = lambda value: value if isinstance(value, str) else None  # noqa: E731
         self.values = (
-            run if run is not None else text(instance),
-            text(attributes.get("service.name")),
-            text(instance),
-            text(attributes.get(A.HOST_NAME)),
+            run if run is not None else _text(instance),
+            _text(attributes.get("service.name")),
+            _text(instance),
+            _text(attributes.get(A.HOST_NAME)),
             pid if type(pid) is int and _INT64_MIN <= pid <= _INT64_MAX else None,
             None if rank is None or str(rank) == "" else str(rank),
             _dumps(attributes),
@@ -180,7 +183,9 @@ class SpanBatch:
             out[name] = pa.array(values, pa.int64() if name == "pid" else pa.string())
 
         spilled: list[dict[str, Any] | None] = [None] * n
-        values_by_key = dict(zip(_KEYS + _SHORT_KEYS, zip(*(tuple(map(a.get, _KEYS + _SHORT_KEYS)) for a in attributes))))
+        values_by_key = dict(
+            zip(_KEYS + _SHORT_KEYS, zip(*(tuple(map(a.get, _KEYS + _SHORT_KEYS)) for a in attributes)))
+        )
         for column, short in zip(ATTRIBUTE_COLUMNS, _SHORTS):
             values = list(values_by_key[column.key])
             if short is not None:
@@ -328,7 +333,11 @@ def _rest(attributes: tuple[Mapping[str, Any], ...], spilled: list[dict[str, Any
 def _events_json(events: Any) -> str:
     return json.dumps(
         [
-            {"name": e.name, "time_ns": e.timestamp, "attributes": {k: _json_value(v) for k, v in (e.attributes or _EMPTY).items()}}
+            {
+                "name": e.name,
+                "time_ns": e.timestamp,
+                "attributes": {k: _json_value(v) for k, v in (e.attributes or _EMPTY).items()},
+            }
             for e in events
         ],
         separators=(",", ":"),

@@ -145,7 +145,14 @@ COLUMNS_BY_NAME: dict[str, Column] = {column.name: column for column in PARQUET_
 #: The columns that hold a span attribute, in file order.
 ATTRIBUTE_COLUMNS: tuple[Column, ...] = tuple(column for column in PARQUET_COLUMNS if column.key)
 #: The brickscope.scope.kind values the ``kind`` column holds as they are.
-KINDS = (A.SCOPE_KIND_STEP, A.SCOPE_KIND_LAYER, A.SCOPE_KIND_BRICK, A.SCOPE_KIND_KERNEL, A.SCOPE_KIND_OVERHEAD, A.SCOPE_KIND_GC)
+KINDS = (
+    A.SCOPE_KIND_STEP,
+    A.SCOPE_KIND_LAYER,
+    A.SCOPE_KIND_BRICK,
+    A.SCOPE_KIND_KERNEL,
+    A.SCOPE_KIND_OVERHEAD,
+    A.SCOPE_KIND_GC,
+)
 KIND_OTHER = "other"
 #: The brickscope.clock values the ``clock`` column holds.
 CLOCKS = (A.CLOCK_HOST, A.CLOCK_CUDA, A.CLOCK_GPU)

@@ -12,8 +12,8 @@ Example::
 
 A Parquet file is readable only once its footer is written, so spans go into a part file
 under a hidden temporary name, and the part is published (renamed to
-``part-<n>.parquet``) when it holds ``part_rows`` spans, on :meth:`force_flush` and on
-:meth:`shutdown`. Readers that list ``*.parquet`` never see a part being written; a crash
+``part-<n>.parquet``) when it holds ``part_rows`` spans or is ``part_interval_millis`` old
+(checked at each export), on :meth:`force_flush` and on :meth:`shutdown`. Readers that list ``*.parquet`` never see a part being written; a crash
 loses the spans of the open part, and only those.
 """
 
@@ -23,7 +23,8 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PATH = "brickscope-parquet/rank-{rank}"
 DEFAULT_PART_ROWS = 1 << 20
+DEFAULT_PART_INTERVAL_MILLIS = 60_000
 _PART = re.compile(r"part-(\d+)\.parquet$")
 
 
@@ -58,10 +60,14 @@ class ParquetSpanExporter(SpanExporter):
         run: the ``run`` column. Default: ``$BRICKSCOPE_PARQUET_RUN``, else each
             resource's ``service.instance.id``.
         part_rows: spans per part file. Default: ``$BRICKSCOPE_PARQUET_PART_ROWS``, else 1048576.
+        part_interval_millis: the longest a part stays open: an export that finds it this
+            old publishes it, so a crash loses at most about this long of spans. Default:
+            ``$BRICKSCOPE_PARQUET_PART_INTERVAL_MILLIS``, else 60000.
         row_group_rows: rows per row group (readers hold about one at a time).
+        clock: monotonic nanoseconds, for the part's age (tests pass their own).
 
     Raises:
-        ValueError: ``part_rows`` or ``row_group_rows`` below 1, or a path whose existing
+        ValueError: ``part_rows``, ``part_interval_millis`` or ``row_group_rows`` below 1, or a path whose existing
             part cannot be a directory brickscope may write in.
         ImportError: pyarrow is missing (``pip install 'brickscope[parquet]'``).
 
@@ -74,7 +80,9 @@ class ParquetSpanExporter(SpanExporter):
         *,
         run: str | None = None,
         part_rows: int | None = None,
+        part_interval_millis: int | None = None,
         row_group_rows: int = 128 * 1024,
+        clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         if path is None:
             path = os.environ.get(env.BRICKSCOPE_PARQUET_PATH) or DEFAULT_PATH
@@ -82,8 +90,15 @@ class ParquetSpanExporter(SpanExporter):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         if part_rows is None:
             part_rows = _int_from_env(env.BRICKSCOPE_PARQUET_PART_ROWS, DEFAULT_PART_ROWS)
-        if part_rows < 1 or row_group_rows < 1:
-            raise ValueError(f"part_rows and row_group_rows must be at least 1, got {part_rows} and {row_group_rows}")
+        if part_interval_millis is None:
+            part_interval_millis = _int_from_env(
+                env.BRICKSCOPE_PARQUET_PART_INTERVAL_MILLIS, DEFAULT_PART_INTERVAL_MILLIS
+            )
+        if min(part_rows, part_interval_millis, row_group_rows) < 1:
+            raise ValueError(
+                "part_rows, part_interval_millis and row_group_rows must be at least 1,"
+                f" got {part_rows}, {part_interval_millis} and {row_group_rows}"
+            )
         from brickscope.offline import parquet_schema
 
         parquet_schema()  # pyarrow is there, or an ImportError that says what to install
@@ -91,7 +106,10 @@ class ParquetSpanExporter(SpanExporter):
         _check_writable(self._template)
         self.run = run if run is not None else os.environ.get(env.BRICKSCOPE_PARQUET_RUN) or None
         self.part_rows = part_rows
+        self.part_interval_millis = part_interval_millis
         self.row_group_rows = row_group_rows
+        self._clock = clock
+        self._opened_ns = 0
         #: The directory of the part files, once the first span told the rank.
         self.directory: str | None = None
         #: The part files published so far.
@@ -130,7 +148,8 @@ class ParquetSpanExporter(SpanExporter):
                 self._fail("cannot write %d spans to %s: %s", len(spans), self._temporary or self._template, error)
                 self._discard(earlier + len(spans))
                 return SpanExportResult.FAILURE
-            if writer.spans_written >= self.part_rows:
+            age_ms = (self._clock() - self._opened_ns) / 1e6
+            if writer.spans_written >= self.part_rows or age_ms >= self.part_interval_millis:
                 return SpanExportResult.SUCCESS if self._publish() else SpanExportResult.FAILURE
             return SpanExportResult.SUCCESS
 
@@ -180,6 +199,7 @@ class ParquetSpanExporter(SpanExporter):
         self._writer = ParquetSpanWriter(
             self._temporary, run=self.run, row_group_rows=self.row_group_rows, pace=self._pacer.tick
         )
+        self._opened_ns = self._clock()
         return self._writer
 
     def _publish(self) -> bool:

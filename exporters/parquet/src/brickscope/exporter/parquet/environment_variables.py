@@ -22,3 +22,7 @@ resource's ``service.instance.id`` (one per process)."""
 BRICKSCOPE_PARQUET_PART_ROWS = "BRICKSCOPE_PARQUET_PART_ROWS"
 """Spans per part file: a part is closed (and readable) when it holds this many, and on
 ``force_flush`` and ``shutdown``. Default: 1048576."""
+
+BRICKSCOPE_PARQUET_PART_INTERVAL_MILLIS = "BRICKSCOPE_PARQUET_PART_INTERVAL_MILLIS"
+"""The longest a part file stays open, ms: an export that finds it this old closes (and
+publishes) it, so a crash loses at most about this long of spans. Default: 60000."""
