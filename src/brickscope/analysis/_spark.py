@@ -8,9 +8,8 @@ Example::
     report = analyse(table)
 
 The session is Spark's own: ``SparkSession.builder.getOrCreate()``, so whatever Spark
-is configured with already (``spark-submit --master ... --conf ...``,
-``PYSPARK_SUBMIT_ARGS``, ``$SPARK_CONF_DIR/spark-defaults.conf``) applies, and an
-application that runs brickscope inside its own Spark job shares its session. The two
+is configured with already (``PYSPARK_SUBMIT_ARGS``, ``$SPARK_CONF_DIR/spark-defaults.conf``,
+the ``spark-submit`` of an application that calls brickscope in its own session) applies. The two
 variables below add to that; without any master set, Spark runs in local mode on every
 core (``local[*]``). The dataset is ``spark.read.parquet`` over the inputs (files,
 directories read recursively for ``*.parquet``, Hadoop globs, any URI Spark's file
@@ -71,8 +70,8 @@ class SparkSettings:
     .. versionadded:: 0.3.0
     """
 
-    # The master URL; None: what spark-submit, PYSPARK_SUBMIT_ARGS or spark-defaults.conf
-    # say, else local[*]. Leave it None inside spark-submit, whose --master already decides.
+    # The master URL; None: what PYSPARK_SUBMIT_ARGS, spark-defaults.conf or an application's
+    # spark-submit say, else local[*].
     master: str | None = None
     # Session options in the order given (a key given twice: the last wins), as
     # SparkSession.builder.config(key, value).
@@ -136,7 +135,7 @@ def spark_session(settings: SparkSettings | None = None) -> Any:
     if remote:  # the footers are read through the driver's JVM, which a Connect client lacks
         raise SparkSetupError(
             f"SPARK_REMOTE={remote}: --engine spark needs a classic Spark session, not Spark Connect"
-            f" (unset SPARK_REMOTE; give a master URL in {BRICKSCOPE_SPARK_MASTER} or spark-submit --master)"
+            f" (unset SPARK_REMOTE; give a master URL in {BRICKSCOPE_SPARK_MASTER} or PYSPARK_SUBMIT_ARGS)"
         )
     if not _java_found():
         raise SparkSetupError(
