@@ -225,12 +225,6 @@ def summarise_spark(
 #: session may be shared): the queries quote the column ``end`` as ``"end"`` (standard SQL,
 #: DuckDB's spelling), which Spark reads so only in ANSI mode with double-quoted identifiers.
 _SQL_SETTINGS = {"spark.sql.ansi.enabled": "true", "spark.sql.ansi.doubleQuotedIdentifiers": "true"}
-#: The temporary tables and views the session leaves in Spark's catalog, dropped after.
-_VIEWS = (
-    "bs_files", "bs_parquet", "bs_source", "bs_reasoned", "bs_valid", "bs_op_codes", "bs_rank_codes",
-    "bs_lane_codes", "bs_launch_codes", "bs_t", "bs_sel", "bs_pick", "bs_median", "bs_stall_rule", "bs_stalls",
-    "bs_outlier_rule", "bs_stream_device", "bs_top_steps", "bs_listed",
-)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -251,8 +245,9 @@ def _session(inputs: Sequence[str], backend: str | None, spark: Any) -> Iterator
         raise AnalysisError(f"{', '.join(map(str, inputs))}: {_spark_message(exc)}") from None
     finally:
         spark.sql("UNCACHE TABLE IF EXISTS bs_t")
-        for view in _VIEWS:
-            spark.catalog.dropTempView(view)
+        for table in spark.catalog.listTables():  # the session's views and tables are all bs_*
+            if table.isTemporary and table.name.startswith("bs_"):
+                spark.catalog.dropTempView(table.name)
         for key, value in before.items():
             if value is None:
                 spark.conf.unset(key)
