@@ -21,7 +21,7 @@ pytest.importorskip("pyarrow")
 if shutil.which("java") is None:
     pytest.skip("Spark needs Java (none on PATH)", allow_module_level=True)
 
-from brickscope.analysis._spark import SparkSettings, check_footer, load_spark, report_spark, spark_session  # noqa: E402
+from brickscope.analysis._spark import SparkSettings, check_footer, load_spark, report_spark, spark_session
 
 #: A JVM start and Spark's query planning take tens of seconds on a busy 2-core machine.
 pytestmark = pytest.mark.timeout(900)
@@ -111,7 +111,9 @@ class TestRefusals:
         path = engine_cases.write_parquet(engine_cases.generate(1), tmp_path / "t.parquet")
         table = pq.read_table(path)
         pq.write_table(table.replace_schema_metadata({"brickscope.schema_version": "2"}), path)
-        with pytest.raises(AnalysisError, match=rf"^{path}: schema version 2 is newer than this brickscope reads \(1\)"):
+        with pytest.raises(
+            AnalysisError, match=rf"^{path}: schema version 2 is newer than this brickscope reads \(1\)"
+        ):
             load_spark(str(path), spark=spark)
 
     def test_a_missing_column_in_one_file_of_a_dataset(self, tmp_path, spark, engine_cases):

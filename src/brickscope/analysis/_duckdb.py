@@ -295,7 +295,7 @@ class _Session:
     def sorted_groups(self, source: str) -> list[tuple[int, Any]]:
         """Per key of ``source`` (a query of ``key, value``), in key order: its values sorted, as
         an ``array.array`` of int64 (sorted by DuckDB, out of core)."""
-        fetched = self._run(f"SELECT key, value FROM ({source}) ORDER BY key, value").fetchnumpy()
+        fetched = self._fetch(f"SELECT key, value FROM ({source}) ORDER BY key, value")
         keys, values = fetched["key"], fetched["value"].astype("<i8")
         out = []
         if len(keys):

@@ -163,6 +163,10 @@ def summarise_with(
 
         progress = progress_for(f"{_label(inputs)} (duckdb)") if progress_for is not None else None
         return summarise_parquet(*map(os.fspath, inputs), backend=backend, progress=progress, **filters)
+    if engine == "spark":
+        from brickscope.analysis._spark import summarise_spark
+
+        return summarise_spark(*map(os.fspath, inputs), backend=backend, **filters)
     raise AnalysisError(f"--engine {engine}: not available in this installation")
 
 

@@ -8,9 +8,8 @@ Example::
     report = analyse(table)
 
 The session is Spark's own: ``SparkSession.builder.getOrCreate()``, so whatever Spark
-is configured with already (``spark-submit --master ... --conf ...``,
-``PYSPARK_SUBMIT_ARGS``, ``$SPARK_CONF_DIR/spark-defaults.conf``) applies, and an
-application that runs brickscope inside its own Spark job shares its session. The two
+is configured with already (``PYSPARK_SUBMIT_ARGS``, ``$SPARK_CONF_DIR/spark-defaults.conf``,
+the ``spark-submit`` of an application that calls brickscope in its own session) applies. The two
 variables below add to that; without any master set, Spark runs in local mode on every
 core (``local[*]``). The dataset is ``spark.read.parquet`` over the inputs (files,
 directories read recursively for ``*.parquet``, Hadoop globs, any URI Spark's file
@@ -71,8 +70,8 @@ class SparkSettings:
     .. versionadded:: 0.3.0
     """
 
-    # The master URL; None: what spark-submit, PYSPARK_SUBMIT_ARGS or spark-defaults.conf
-    # say, else local[*]. Leave it None inside spark-submit, whose --master already decides.
+    # The master URL; None: what PYSPARK_SUBMIT_ARGS, spark-defaults.conf or an application's
+    # spark-submit say, else local[*].
     master: str | None = None
     # Session options in the order given (a key given twice: the last wins), as
     # SparkSession.builder.config(key, value).
@@ -90,7 +89,9 @@ class SparkSettings:
         env = os.environ if environ is None else environ
         master = env.get(BRICKSCOPE_SPARK_MASTER, "").strip() or None
         if master is not None and any(ch.isspace() for ch in master):
-            raise SparkSetupError(f"{BRICKSCOPE_SPARK_MASTER} {master!r}: a master URL has no spaces (local[4], spark://host:7077, yarn)")
+            raise SparkSetupError(
+                f"{BRICKSCOPE_SPARK_MASTER} {master!r}: a master URL has no spaces (local[4], spark://host:7077, yarn)"
+            )
         return cls(master=master, conf=parse_conf(env.get(BRICKSCOPE_SPARK_CONF, "")))
 
 
@@ -103,7 +104,9 @@ def parse_conf(text: str) -> tuple[tuple[str, str], ...]:
     try:
         words = shlex.split(text)
     except ValueError as exc:
-        raise SparkSetupError(f"{BRICKSCOPE_SPARK_CONF}: {exc} (expected key=value pairs separated by spaces)") from None
+        raise SparkSetupError(
+            f"{BRICKSCOPE_SPARK_CONF}: {exc} (expected key=value pairs separated by spaces)"
+        ) from None
     pairs = []
     for word in words:
         key, sep, value = word.partition("=")
@@ -132,10 +135,12 @@ def spark_session(settings: SparkSettings | None = None) -> Any:
     if remote:  # the footers are read through the driver's JVM, which a Connect client lacks
         raise SparkSetupError(
             f"SPARK_REMOTE={remote}: --engine spark needs a classic Spark session, not Spark Connect"
-            f" (unset SPARK_REMOTE; give a master URL in {BRICKSCOPE_SPARK_MASTER} or spark-submit --master)"
+            f" (unset SPARK_REMOTE; give a master URL in {BRICKSCOPE_SPARK_MASTER} or PYSPARK_SUBMIT_ARGS)"
         )
     if not _java_found():
-        raise SparkSetupError("--engine spark needs Java 17 or later for Spark: none found (set JAVA_HOME or put java on PATH)")
+        raise SparkSetupError(
+            "--engine spark needs Java 17 or later for Spark: none found (set JAVA_HOME or put java on PATH)"
+        )
     builder = SparkSession.builder.appName(settings.app_name)
     if settings.master:
         builder = builder.master(settings.master)
@@ -143,7 +148,7 @@ def spark_session(settings: SparkSettings | None = None) -> Any:
         builder = builder.config(key, value)
     try:
         return builder.getOrCreate()
-    except Exception as exc:  # noqa: BLE001  (py4j, the JVM and the cluster manager raise many types)
+    except Exception as exc:  # py4j, the JVM and the cluster manager raise many types
         raise SparkSetupError(f"Spark did not start: {_spark_message(exc)}") from None
 
 
@@ -156,13 +161,13 @@ def _java_found() -> bool:
 
 def _spark_message(exc: BaseException) -> str:
     """The first line of what Spark said: its error class and message, no Java stack."""
-    text = one_line(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
-    return text
+    return one_line(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
 
 
 def load_spark(*inputs: str, backend: str | None = None, spark: Any = None) -> Table:
     """The analysis table of Parquet span files, computed by Spark and brought to the driver
-    (what ``diff`` reads; ``report`` uses :func:`report_spark`, which brings only figures).
+    (what ``diff --divergence`` reads; ``report`` and ``diff`` bring only figures:
+    :func:`report_spark`, :func:`summarise_spark`).
 
     Args:
         inputs: files, directories (every ``*.parquet`` below) or Hadoop globs, local paths
@@ -197,16 +202,29 @@ def report_spark(*inputs: str, backend: str | None = None, spark: Any = None, **
         return SqlAnalysis(session, session.table).report(**options)
 
 
+def summarise_spark(
+    *inputs: str, backend: str | None = None, spark: Any = None, **filters: Any
+) -> tuple[Any, list[str]]:
+    """One run's :class:`~brickscope.analysis._diff.RunSummary` (what ``diff`` compares),
+    computed by Spark SQL, and the notes on its input (impossible spans left out, per file).
+
+    Args:
+        inputs, backend, spark: as :func:`load_spark`.
+        filters: ``steps``, ``ranks``, ``devices``, as :func:`~brickscope.analysis.select`'s.
+
+    Raises:
+        AnalysisError: as :func:`load_spark`, and as :func:`~brickscope.analysis.select`.
+    """
+    from brickscope.analysis._sqlreport import SqlAnalysis
+
+    with _session(inputs, backend, spark) as session:
+        return SqlAnalysis(session, session.table).summary(**filters), list(session.table.notes)
+
+
 #: Session SQL settings while brickscope's queries run, restored after (an application's
 #: session may be shared): the queries quote the column ``end`` as ``"end"`` (standard SQL,
 #: DuckDB's spelling), which Spark reads so only in ANSI mode with double-quoted identifiers.
 _SQL_SETTINGS = {"spark.sql.ansi.enabled": "true", "spark.sql.ansi.doubleQuotedIdentifiers": "true"}
-#: The temporary tables and views the session leaves in Spark's catalog, dropped after.
-_VIEWS = (
-    "bs_files", "bs_parquet", "bs_source", "bs_reasoned", "bs_valid", "bs_op_codes", "bs_rank_codes",
-    "bs_lane_codes", "bs_launch_codes", "bs_t", "bs_sel", "bs_pick", "bs_median", "bs_stall_rule", "bs_stalls",
-    "bs_outlier_rule", "bs_stream_device", "bs_top_steps", "bs_listed",
-)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -223,12 +241,13 @@ def _session(inputs: Sequence[str], backend: str | None, spark: Any) -> Iterator
         yield _SparkSession(spark, [os.fspath(item) for item in inputs], get_backend(backend))
     except AnalysisError:
         raise
-    except Exception as exc:  # noqa: BLE001  (Spark's AnalysisException, the JVM's through py4j)
+    except Exception as exc:  # Spark's AnalysisException, the JVM's through py4j
         raise AnalysisError(f"{', '.join(map(str, inputs))}: {_spark_message(exc)}") from None
     finally:
         spark.sql("UNCACHE TABLE IF EXISTS bs_t")
-        for view in _VIEWS:
-            spark.catalog.dropTempView(view)
+        for table in spark.catalog.listTables():  # the session's views and tables are all bs_*
+            if table.isTemporary and table.name.startswith("bs_"):
+                spark.catalog.dropTempView(table.name)
         for key, value in before.items():
             if value is None:
                 spark.conf.unset(key)
@@ -277,7 +296,9 @@ class _SparkSession(_Session):
             CREATE OR REPLACE TEMP VIEW bs_source AS
             SELECT {columns}, f.idx AS file, shiftleft(f.idx, {_ORD_SHIFT}) + s.bs_row AS ord
             FROM bs_parquet s JOIN bs_files f ON f.path = s.bs_path""")
-        spark.sql(f"CREATE OR REPLACE TEMP VIEW bs_reasoned AS SELECT *, {impossible_reason()} AS reason FROM bs_source")
+        spark.sql(
+            f"CREATE OR REPLACE TEMP VIEW bs_reasoned AS SELECT *, {impossible_reason()} AS reason FROM bs_source"
+        )
         spark.sql("CREATE OR REPLACE TEMP VIEW bs_valid AS SELECT * FROM bs_reasoned WHERE reason IS NULL")
 
     def _materialize(self, name: str, sql: str) -> None:
@@ -297,7 +318,7 @@ def _read(spark: Any, inputs: list[str]) -> Any:
     reader = spark.read.option("recursiveFileLookup", "true").option("pathGlobFilter", "*.parquet")
     try:
         frame = reader.parquet(*inputs)
-    except Exception as exc:  # noqa: BLE001  (pyspark's AnalysisException and the JVM's)
+    except Exception as exc:  # pyspark's AnalysisException and the JVM's
         raise AnalysisError(_input_message(inputs, exc)) from None
     missing = [name for name in SOURCE_COLUMNS if name not in frame.columns]
     if missing:  # the first file read has none: each file's footer is checked later, by name
@@ -350,7 +371,7 @@ def check_footer(spark: Any, uri: str) -> None:
             present = {field.getName() for field in meta.getSchema().getFields()}
         finally:
             reader.close()
-    except Exception as exc:  # noqa: BLE001  (a Java IOException through py4j)
+    except Exception as exc:  # a Java IOException through py4j
         raise AnalysisError(
             f"{name}: not a complete Parquet file (a writer killed before its footer?): {_spark_message(exc)}"
         ) from None

@@ -99,7 +99,6 @@ DUCKDB = Dialect(
 
 #: Spark SQL (4.0 or later: VARIANT for the JSON members). The queries' double-quoted
 #: identifiers need ``spark.sql.ansi.doubleQuotedIdentifiers``, which the Spark engine sets.
-#: A member holding JSON null is a VARIANT null, not SQL NULL: present, as for json_exists.
 SPARK = Dialect(
     name="spark",
     null_safe_equal="{a} <=> {b}",
