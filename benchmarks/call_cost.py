@@ -18,7 +18,9 @@ instrumented module calls they made is brickscope's instructions a module call.
 
 Regions are cut by a marker (``os.getppid()``, called nowhere else) that callgrind dumps
 its counters before (``--dump-before=getppid``). Both regions run twice, alternated,
-after warm-up steps: the two figures should agree to a few instructions.
+after warm-up passes; the bare rounds agree to a fraction of a percent, and the second
+instrumented round shows what grows with the spans already made. The estimate takes the
+larger of the two.
 
 The µs estimate divides by the machine's instructions per µs on this workload: the bare
 region's instruction count over its best wall time outside valgrind (best of
