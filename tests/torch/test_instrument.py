@@ -138,6 +138,25 @@ class TestSpanTree:
             spans = captured.bricks()
         assert {s.attributes.get(A.BRICK_ELEMENTS) for s in spans} == {10}
 
+    def test_elements_follow_each_calls_shape_and_dtype(self):
+        """One module called with shapes and dtypes in turn: each call's count is its own, also when
+        an earlier call had the same shape with another dtype, or another shape with the same rows."""
+        model = nn.Identity()
+        calls = [
+            torch.zeros(2, 5, 32),  # float: rows, 2 * 5
+            torch.zeros(2, 5, 32, dtype=torch.long),  # index: every element, 2 * 5 * 32
+            torch.zeros(10, 32),  # float: 10 rows again, another shape
+            torch.zeros(7),  # one dimension: every element
+            torch.zeros(0, 32),  # nothing: no element count on the span
+            torch.zeros(2, 5, 32, dtype=torch.long),  # the index tensor again
+            torch.zeros(2, 5, 32),  # the float tensor again
+        ]
+        with capture_spans() as captured, bt.instrument(model):
+            for x in calls:
+                model(x)
+            spans = sorted(captured.bricks(), key=lambda s: s.start_time)
+        assert [s.attributes.get(A.BRICK_ELEMENTS) for s in spans] == [10, 320, 10, 7, None, 320, 10]
+
     def test_the_report_has_the_categories(self):
         """The session's category table lists the default categories, with one call per block."""
         model = TinyGPT(blocks=2)

@@ -18,7 +18,7 @@ the model as it is. Why not a pair of module hooks:
 - nothing is left behind: the hook dicts are not touched, and ``remove()`` gives
   ``__dict__`` back as it was.
 
-Everything per module (the scope objects by element count and stream, NVTX
+Everything per module (the scope objects by the first argument's shape, dtype and stream, NVTX
 attributes, whether CUDA streams can occur at all) is decided once, at
 ``instrument()``, and kept in closures; per-call state lives in locals.
 """
@@ -26,6 +26,7 @@ attributes, whether CUDA streams can occur at all) is decided once, at
 from __future__ import annotations
 
 import functools
+import math
 import types
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +42,7 @@ from brickscope.trace.attributes import GPU_TIMING_SKIPPED, TORCH_MODULE_PATH
 
 _is_compiling = torch.compiler.is_compiling
 _Tensor = torch.Tensor
-_SCOPES_PER_MODULE = 64  # distinct (elements, stream) scopes cached per module; beyond: built per call
+_SCOPES_PER_MODULE = 64  # distinct (shape, dtype, stream) scopes cached per module; beyond: built per call
 _CUDA_GRAPH_CAPTURE = "cuda_graph_capture"
 
 
@@ -93,11 +94,18 @@ def scope_chooser(mapped: Mapped, stream: Any, cuda: bool | None = None) -> Call
     if cuda is None:
         cuda = torch.cuda.is_available()
     follow_stream = stream == "current" and cuda
+    # Keyed by the first argument's (shape, dtype[, stream]): two attribute reads a call, where
+    # numel(), is_floating_point() and dim() were three calls through torch's argument parser;
+    # the element count is worked out once per key, when its scope is made.
     scopes: dict[Any, Any] = {}
     stream_of, capturing = current_stream_handle, is_capturing
 
-    def make(key: Any) -> Any:
-        elements, handle = key if type(key) is tuple else (key, None)
+    def make(key: tuple) -> Any:
+        shape, dtype = key[0], key[1]
+        handle = key[2] if len(key) > 2 else None
+        elements = math.prod(shape)
+        if elements and dtype.is_floating_point and len(shape) > 1:
+            elements //= shape[-1]
         if handle is _CUDA_GRAPH_CAPTURE:
             scope = HostOnlyBrick(name, category, elements, None, **attributes, **{GPU_TIMING_SKIPPED: handle})
         else:
@@ -115,11 +123,9 @@ def scope_chooser(mapped: Mapped, stream: Any, cuda: bool | None = None) -> Call
             if not isinstance(x, _Tensor):
                 return plain
             try:
-                elements = x.numel()
-                if elements and x.is_floating_point() and x.dim() > 1:
-                    elements //= x.shape[-1]
-                scope = scopes.get(elements)
-                return scope if scope is not None else make(elements)
+                key = (x.shape, x.dtype)
+                scope = scopes.get(key)
+                return scope if scope is not None else make(key)
             except Exception:  # a tensor subclass or fake tensor we cannot read: the plain brick
                 return plain
 
@@ -132,13 +138,10 @@ def scope_chooser(mapped: Mapped, stream: Any, cuda: bool | None = None) -> Call
         if not isinstance(x, _Tensor):
             return plain
         try:
-            elements = x.numel()
-            if elements and x.is_floating_point() and x.dim() > 1:
-                elements //= x.shape[-1]
             handle = None
             if x.is_cuda:
                 handle = _CUDA_GRAPH_CAPTURE if capturing() else stream_of(x)
-            key = (elements, handle)
+            key = (x.shape, x.dtype, handle)
             scope = scopes.get(key)
             return scope if scope is not None else make(key)
         except Exception:  # a tensor subclass or fake tensor we cannot read: the plain brick

@@ -1,0 +1,219 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What one instrumented module call costs, all in, counted in instructions (callgrind).
+
+Wall-clock figures on a shared machine move by tens of percent between minutes;
+instruction counts do not. This script runs a fixed workload under
+``valgrind --tool=callgrind`` and counts the instructions of two regions of it:
+
+- ``bare``: forward passes (with the loss) of a tiny copy of examples/torch_gpt.py's
+  model, not instrumented;
+- ``brickscope``: the same passes of an identical copy under ``instrument(model)``.
+
+brickscope is configured for both (host clock, spans resolved at each step's end, a ``BatchSpanProcessor`` to an exporter
+that drops the spans, the default CategoryAggregator), and every pass runs in its own
+``bs.step(n)``; each region ends with ``force_flush()``, so the spans' building at the
+step's end, the hand-off to the processors and the batch processor's export are inside
+it (callgrind counts every thread). The difference between the regions over the
+instrumented module calls they made is brickscope's instructions a module call.
+
+Regions are cut by a marker (``os.getppid()``, called nowhere else) that callgrind dumps
+its counters before (``--dump-before=getppid``). Both regions run twice, alternated,
+after warm-up passes; the bare rounds agree to a fraction of a percent, and the second
+instrumented round shows what grows with the spans already made. The estimate takes the
+larger of the two.
+
+The µs estimate divides by the machine's instructions per µs on this workload: the bare
+region's instruction count over its best wall time outside valgrind (best of
+``--repeats``). Target: at most 2 µs a module call (all in).
+
+Usage::
+
+    python benchmarks/call_cost.py             # table
+    python benchmarks/call_cost.py --json      # one JSON object
+    BRICKSCOPE_PURE_PYTHON=1 python benchmarks/call_cost.py   # the pure-Python implementation
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+PER_CALL_TARGET_NS = 2000.0
+# The tiny model: (GPT arguments, batch, context). 24 instrumented module calls a pass: the model,
+# 2 embeddings, 2 x (a layer and its 8 modules), the final norm, the head and the loss.
+MODEL = ({"dim": 16, "heads": 2, "blocks": 2, "context": 8}, 2, 8)
+REGIONS = ("bare", "brickscope", "bare", "brickscope")  # in this order, after the warm-up
+
+
+def marker() -> None:
+    """Where callgrind cuts a region (``--dump-before=getppid``)."""
+    os.getppid()
+
+
+def workload(warmup: int) -> tuple[Any, int]:
+    """(run(model name, passes), instrumented module calls a pass), set up and warmed up."""
+    import torch
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    import brickscope as bs
+    import brickscope.torch as bt
+
+    class DropExporter(SpanExporter):
+        """Takes every batch and keeps nothing."""
+
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "torch_gpt.py"
+    spec = importlib.util.spec_from_file_location("torch_gpt", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    torch.set_num_threads(1)
+    arguments, batch, context = MODEL
+    models = {}
+    for name in ("bare", "brickscope"):
+        torch.manual_seed(0)
+        models[name] = example.GPT(**arguments).eval()
+    x, y = next(example.batches(batch=batch, context=context))
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(DropExporter()))
+    # Resolution at each step's end only, as natively for steps far shorter than a second:
+    # under valgrind (some 50x slower) the default 1 s timer would also resolve mid-step.
+    session = bs.configure(provider, clock="host", max_delay_millis=1e9)
+    handle = bt.instrument(models["brickscope"], nvtx=False)
+    step = 0
+
+    def run(name: str, count: int) -> None:
+        nonlocal step
+        model = models[name]
+        with torch.no_grad():
+            for _ in range(count):
+                with bs.step(step):
+                    model(x, y)
+                step += 1
+        session.force_flush()
+
+    for name in ("bare", "brickscope"):
+        run(name, warmup)
+    calls = len(handle.modules)  # every instrumented module runs once a pass
+    return run, calls
+
+
+def child(steps: int, warmup: int) -> None:
+    """The workload as callgrind sees it: the regions between markers."""
+    run, _ = workload(warmup)
+    marker()
+    for name in REGIONS:
+        run(name, steps)
+        marker()
+
+
+def timed(steps: int, warmup: int, repeats: int) -> tuple[float, int, dict[str, bool]]:
+    """(best wall ns of the bare region, module calls a pass, implementations), outside valgrind."""
+    from brickscope import native
+
+    run, calls = workload(warmup)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter_ns()
+        run("bare", steps)
+        best = min(best, time.perf_counter_ns() - start)
+        run("brickscope", steps)  # alternated, as under callgrind
+    return best, calls, {part: found.in_use for part, found in native.implementations().items()}
+
+
+def counted(steps: int, warmup: int) -> list[int]:
+    """Instructions of each region of :func:`child`, from callgrind's dumps."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("call_cost: valgrind is not installed (apt-get install valgrind)")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        command = [
+            valgrind, "--tool=callgrind", "--dump-before=getppid", f"--callgrind-out-file={out}",
+            sys.executable, __file__, "--child", "--steps", str(steps), "--warmup", str(warmup),
+        ]  # fmt: skip
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        parts = {}
+        for dump in Path(tmp).glob("callgrind.out*"):
+            text = dump.read_text(errors="replace")
+            part = re.search(r"^part: (\d+)", text, re.M)
+            totals = re.search(r"^(?:totals|summary): (\d+)", text, re.M)
+            if part and totals:
+                parts[int(part.group(1))] = int(totals.group(1))
+    # part 1: start-up and warm-up (to the first marker); then one part per region; the last: exit
+    ordered = [parts[k] for k in sorted(parts)]
+    if len(ordered) < len(REGIONS) + 1:
+        raise SystemExit(f"call_cost: callgrind wrote {len(ordered)} dumps, expected {len(REGIONS) + 2}")
+    return ordered[1 : 1 + len(REGIONS)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--steps", type=int, default=100, help="forward passes a region (default 100)")
+    parser.add_argument("--warmup", type=int, default=20, help="warm-up passes per model (default 20)")
+    parser.add_argument("--repeats", type=int, default=7, help="timed repeats outside valgrind (default 7)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    for option, value in (("--steps", args.steps), ("--warmup", args.warmup), ("--repeats", args.repeats)):
+        if value < 1:
+            print(f"call_cost: {option} must be at least 1, got {value}", file=sys.stderr)
+            return 2
+    if args.child:
+        child(args.steps, args.warmup)
+        return 0
+    regions = counted(args.steps, args.warmup)
+    bare_ns, calls, implementations = timed(args.steps, args.warmup, args.repeats)
+    bare = [n for name, n in zip(REGIONS, regions) if name == "bare"]
+    ours = [n for name, n in zip(REGIONS, regions) if name == "brickscope"]
+    per_call = [(o - b) / (args.steps * calls) for o, b in zip(ours, bare)]
+    per_us = min(bare) / (bare_ns / 1000)
+    estimate_ns = 1000 * max(per_call) / per_us
+    import torch
+
+    result = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "implementations": implementations,
+        "module_calls_per_pass": calls,
+        "passes_per_region": args.steps,
+        "region_instructions": dict(zip([f"{n}_{i // 2 + 1}" for i, n in enumerate(REGIONS)], regions)),
+        "instructions_per_call": per_call,
+        "bare_instructions_per_pass": min(bare) / args.steps,
+        "instructions_per_us": per_us,
+        "ns_per_call_estimate": estimate_ns,
+        "target_ns": PER_CALL_TARGET_NS,
+        "met": estimate_ns <= PER_CALL_TARGET_NS,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"CPython {result['python']}  torch {result['torch']}  {implementations}")
+    print(
+        f"{calls} instrumented module calls a pass, {args.steps} passes a region; bare "
+        f"{result['bare_instructions_per_pass']:.0f} instructions a pass"
+    )
+    print(
+        "brickscope: " + " / ".join(f"{p:.0f}" for p in per_call) + " instructions a module call (two rounds); "
+        f"{per_us:.0f} instructions/µs -> {estimate_ns:.0f} ns a call "
+        f"(target {PER_CALL_TARGET_NS:.0f}: {'met' if result['met'] else 'MISSED'})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
