@@ -326,11 +326,9 @@ class SqlAnalysis:
                     greatest(least(c."end", p."end"), greatest(c.start, p.start)) AS e
                 FROM bs_sel c JOIN bs_sel p ON p.span_id = c.parent_id
                 WHERE c.parent_id <> 0 AND p.kind = {KIND_OTHER}),
-            o AS (SELECT g, s, e, max(e) OVER w AS reach FROM iv
-                WINDOW w AS (PARTITION BY g ORDER BY s, e ROWS UNBOUNDED PRECEDING)),
-            i AS (SELECT g, s, reach, lag(reach) OVER (PARTITION BY g ORDER BY s, e) AS before FROM o),
-            covered AS (SELECT g, sum(CASE WHEN before IS NULL OR s > before THEN reach - s ELSE reach - before END) AS ns
-                FROM i GROUP BY g)
+            o AS (SELECT g, s, e, max(e) OVER (PARTITION BY g ORDER BY s, e
+                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before FROM iv),
+            covered AS (SELECT g, sum(greatest(0, e - greatest(s, coalesce(before, s)))) AS ns FROM o GROUP BY g)
             SELECT w.op AS key, w.duration, w.duration - coalesce(x.ns, 0) AS self, w.elements, w.bytes
             FROM bs_sel w LEFT JOIN covered x ON x.g = w.ord WHERE w.kind = {KIND_OTHER}""")
         counts, values = self._picks("SELECT key, self AS value FROM bs_other_self", _FRACTIONS)
@@ -387,14 +385,13 @@ class SqlAnalysis:
 
     def _union(self, intervals: str) -> dict[int, int]:
         """Per group ``g`` of ``intervals`` (a query of ``g, s, e``), the length of the union of its intervals."""
-        # in start order, each interval adds what it reaches past the running maximum of the ends before it
+        # in start order, each interval adds what it reaches past the running maximum of the ends
+        # before it: one window pass (ends never precede starts, so the first adds e - s)
         rows = self.s.query(f"""
             WITH iv AS ({intervals}),
-            o AS (SELECT g, s, e, max(e) OVER w AS reach FROM iv
-                WINDOW w AS (PARTITION BY g ORDER BY s, e ROWS UNBOUNDED PRECEDING)),
-            i AS (SELECT g, s, reach, lag(reach) OVER (PARTITION BY g ORDER BY s, e) AS before FROM o)
-            SELECT g, sum(CASE WHEN before IS NULL OR s > before THEN reach - s ELSE reach - before END)
-            FROM i GROUP BY g""")
+            o AS (SELECT g, s, e, max(e) OVER (PARTITION BY g ORDER BY s, e
+                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before FROM iv)
+            SELECT g, sum(greatest(0, e - greatest(s, coalesce(before, s)))) FROM o GROUP BY g""")
         return {g: int(total) for g, total in rows}
 
     def _lane_stats(self, lane: str, work: str, windows: str) -> tuple[list[int], list[int], list[int]]:
