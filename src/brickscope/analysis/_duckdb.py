@@ -218,6 +218,9 @@ def _session(
                     "memory_limit": memory_limit,
                     "temp_directory": spill,
                     "threads": threads or os.cpu_count() or 1,
+                    # every query that needs an order says it (ORDER BY ord): tables and scans
+                    # need not keep the files' order, which holds rows back in memory
+                    "preserve_insertion_order": False,
                 }
             )
         except duckdb.Error as exc:
