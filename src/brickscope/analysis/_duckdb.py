@@ -297,7 +297,8 @@ class _Session:
         for low in range(0, len(rows), _UPLOAD_ROWS):
             chunk = rows[low : low + _UPLOAD_ROWS]
             row = f"({', '.join('?' * len(chunk[0]))})"
-            self.con.execute(f"INSERT INTO {name} VALUES {', '.join([row] * len(chunk))}", [v for r in chunk for v in r])
+            values = [value for r in chunk for value in r]
+            self.con.execute(f"INSERT INTO {name} VALUES {', '.join([row] * len(chunk))}", values)
 
     def sorted_groups(self, source: str) -> list[tuple[int, Any]]:
         """Per key of ``source`` (a query of ``key, value``), in key order: its values sorted, as
