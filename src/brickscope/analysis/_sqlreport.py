@@ -326,11 +326,9 @@ class SqlAnalysis:
                     greatest(least(c."end", p."end"), greatest(c.start, p.start)) AS e
                 FROM bs_sel c JOIN bs_sel p ON p.span_id = c.parent_id
                 WHERE c.parent_id <> 0 AND p.kind = {KIND_OTHER}),
-            o AS (SELECT g, s, e, max(e) OVER w AS reach FROM iv
-                WINDOW w AS (PARTITION BY g ORDER BY s, e ROWS UNBOUNDED PRECEDING)),
-            i AS (SELECT g, s, reach, lag(reach) OVER (PARTITION BY g ORDER BY s, e) AS before FROM o),
-            covered AS (SELECT g, sum(CASE WHEN before IS NULL OR s > before THEN reach - s ELSE reach - before END) AS ns
-                FROM i GROUP BY g)
+            o AS (SELECT g, s, e, max(e) OVER (PARTITION BY g ORDER BY s, e
+                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before FROM iv),
+            covered AS (SELECT g, sum(greatest(0, e - greatest(s, coalesce(before, s)))) AS ns FROM o GROUP BY g)
             SELECT w.op AS key, w.duration, w.duration - coalesce(x.ns, 0) AS self, w.elements, w.bytes
             FROM bs_sel w LEFT JOIN covered x ON x.g = w.ord WHERE w.kind = {KIND_OTHER}""")
         counts, values = self._picks("SELECT key, self AS value FROM bs_other_self", _FRACTIONS)
@@ -385,29 +383,31 @@ class SqlAnalysis:
 
     # --- devices, ranks, communication ----------------------------------------------------
 
-    def _union(self, intervals: str) -> dict[int, int]:
-        """Per group ``g`` of ``intervals`` (a query of ``g, s, e``), the length of the union of its intervals."""
-        # in start order, each interval adds what it reaches past the running maximum of the ends before it
+    def _unions(self, intervals: str) -> dict[int, tuple[int, int, int]]:
+        """Per group ``g`` of ``intervals`` (a query of ``g, s, e, w``; ``w`` 1 for work, 0 for a
+        window): the work intervals' count, the length of their union, and the length of the
+        union of all its intervals; one sort of the group's intervals for both unions."""
+        # in start order, each interval adds what it reaches past the running maximum of the ends
+        # before it (of the work intervals before it, for the work's union); ends never precede starts
+        before = "OVER (PARTITION BY g ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
         rows = self.s.query(f"""
             WITH iv AS ({intervals}),
-            o AS (SELECT g, s, e, max(e) OVER w AS reach FROM iv
-                WINDOW w AS (PARTITION BY g ORDER BY s, e ROWS UNBOUNDED PRECEDING)),
-            i AS (SELECT g, s, reach, lag(reach) OVER (PARTITION BY g ORDER BY s, e) AS before FROM o)
-            SELECT g, sum(CASE WHEN before IS NULL OR s > before THEN reach - s ELSE reach - before END)
-            FROM i GROUP BY g""")
-        return {g: int(total) for g, total in rows}
+            o AS (SELECT g, s, e, w, max(e) {before} AS reach, max(CASE WHEN w = 1 THEN e END) {before} AS work_reach
+                FROM iv)
+            SELECT g, sum(w),
+                sum(CASE WHEN w = 1 THEN greatest(0, e - greatest(s, coalesce(work_reach, s))) ELSE 0 END),
+                sum(greatest(0, e - greatest(s, coalesce(reach, s))))
+            FROM o GROUP BY g""")
+        return {g: (int(count), int(work), int(total)) for g, count, work, total in rows}
 
     def _lane_stats(self, lane: str, work: str, windows: str) -> tuple[list[int], list[int], list[int]]:
         """Count, busy and idle-in-steps per code of ``lane`` (``n`` codes): ``work`` the lane's
         intervals (``g, s, e``), ``windows`` its ranks' step spans (``g, s, e``)."""
         n = {"device": len(self.t.devices), "stream": len(self.t.streams), "rank": len(self.t.ranks)}[lane]
-        count = [0] * n
-        for g, c in self.s.query(f"SELECT g, count(*) FROM ({work}) GROUP BY g"):
-            count[g] = c
-        busy_by = self._union(work)
-        both = self._union(f"{work} UNION ALL {windows}")
-        busy = [busy_by.get(g, 0) for g in range(n)]
-        idle = [max(0, both.get(g, 0) - busy[g]) for g in range(n)]
+        unions = self._unions(f"SELECT g, s, e, 1 AS w FROM ({work}) UNION ALL SELECT g, s, e, 0 AS w FROM ({windows})")
+        count, busy, idle = [0] * n, [0] * n, [0] * n
+        for g, (c, work_ns, both_ns) in unions.items():
+            count[g], busy[g], idle[g] = c, work_ns, max(0, both_ns - work_ns)
         return count, busy, idle
 
     def _devices(self) -> tuple[tuple[Any, ...], list[int]]:
@@ -442,12 +442,14 @@ class SqlAnalysis:
 
     def _exposure(self, busy: list[int]) -> tuple[Any, ...]:
         """Per device, communication against the rest of its GPU work (both together: its busy time)."""
-        gpu = f'SELECT device AS g, start AS s, "end" AS e FROM bs_sel WHERE {_WORK} AND device >= 0'
-        comm, compute = self._union(f"{gpu} AND comm"), self._union(f"{gpu} AND NOT comm")
-        n = len(self.t.devices)
-        return _communication.exposure_of(
-            self.t, [comm.get(g, 0) for g in range(n)], [compute.get(g, 0) for g in range(n)], busy
+        # group 2 * device + 1: the device's communication; 2 * device: the rest
+        unions = self._unions(
+            'SELECT 2 * device + CASE WHEN comm THEN 1 ELSE 0 END AS g, start AS s, "end" AS e, 1 AS w'
+            f" FROM bs_sel WHERE {_WORK} AND device >= 0"
         )
+        n = len(self.t.devices)
+        union = [unions.get(g, (0, 0, 0))[1] for g in range(2 * n)]
+        return _communication.exposure_of(self.t, union[1::2], union[0::2], busy)
 
     # --- memory, roofline, tiles ----------------------------------------------------------
 
