@@ -33,6 +33,7 @@ from itertools import islice
 from typing import Any
 
 from brickscope import native
+from brickscope.offline._parquet_rows import device_names
 from brickscope.trace import attributes as A
 
 #: Scope kinds, by code: the ``kind`` column.
@@ -565,7 +566,7 @@ class TableBuilder:
             self._rank_labels.setdefault(label, key)
             self._ranks.append(label)
         self._kernel_sources.update(_kernel_sources(attributes.get(A.KERNEL_SOURCES)))
-        entry = (resource, code, host, _names(attributes.get(A.GPU_DEVICE_NAMES)))
+        entry = (resource, code, host, device_names(attributes.get(A.GPU_DEVICE_NAMES)))
         self._resources[id(resource)] = entry
         return entry
 
@@ -709,18 +710,6 @@ def _output_bytes(shape: Any, dtype: Any) -> int:
     except (TypeError, ValueError, OverflowError):
         return 0
     return count * size
-
-
-def _names(value: Any) -> tuple[str, ...]:
-    """GPU model names from the resource: a sequence, or its text form ``[a, b]`` (from a .pftrace label)."""
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("[") and text.endswith("]"):
-            return tuple(part.strip() for part in text[1:-1].split(",") if part.strip())
-        return (text,)
-    return tuple(str(v) for v in value)
 
 
 #: The C row maker (``brickscope._tablerows``), or None: :meth:`TableBuilder._row` and

@@ -98,14 +98,15 @@ class _ResourceRow:
             None if rank is None or str(rank) == "" else str(rank),
             _dumps(attributes),
         )
-        self.models = _device_names(attributes.get(A.GPU_DEVICE_NAMES))
+        self.models = device_names(attributes.get(A.GPU_DEVICE_NAMES))
         sources = attributes.get(A.KERNEL_SOURCES)
         self.kernel_sources = sources if isinstance(sources, str) else None
 
 
-def _device_names(value: Any) -> tuple[str, ...]:
+def device_names(value: Any) -> tuple[str, ...]:
     """GPU model names from the resource: a sequence, or its text form ``[a, b]`` (a label
-    read back from a .pftrace), as the analysis reads them."""
+    read back from a .pftrace); anything else, none. The one rule: the analysis table reads
+    them with it too."""
     if value is None:
         return ()
     if isinstance(value, str):
