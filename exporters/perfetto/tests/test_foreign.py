@@ -13,6 +13,7 @@ import json
 import logging
 from pathlib import Path
 
+import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from pftrace_testlib import T0, gpu_attributes, make_span
 
@@ -393,3 +394,13 @@ class TestRealProducer:
         assert dict(ade.attributes) == {
             "aaa": "abc", "ccc": "xxx", "eee.aaa": "abc", "eee.ccc": "ddd", TRACK_NAME: "ddd3",
         }  # fmt: skip
+
+    @pytest.mark.parametrize("command", ["report", "tree", "flamegraph"])
+    def test_each_command_says_what_was_left_out_once(self, tmp_path, capsys, command):
+        """The undefined category ids are said once per command, though flamegraph reads the
+        file twice (GPU time first, then host time) and report reads it to a table."""
+        path = Path(__file__).parent / "data" / "tg4perfetto_example.pftrace"
+        extra = ["-o", str(tmp_path / "t.folded")] if command == "flamegraph" else []
+        assert main([command, "-q", str(path), *extra]) == 0
+        err = capsys.readouterr().err
+        assert err.count("13 interned category ids that were never defined were left out") == 1

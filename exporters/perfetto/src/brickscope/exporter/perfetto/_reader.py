@@ -562,19 +562,11 @@ def read_pftrace(source: TraceSource, *, records: bool = False) -> Iterator[Any]
     decoder.finish()
     yield from decoder.ready(final=True, records=records)
     if decoder.lost_state:
-        _logger.warning(
-            "%s: %d packets written before their sequence's incremental state was set were skipped",
-            source.path,
-            decoder.lost_state,
-        )
+        source.note(f"{decoder.lost_state} packets written before their sequence's incremental state was set were skipped")
     if decoder.unknown_categories:
-        _logger.warning(
-            "%s: %d interned category ids that were never defined were left out", source.path, decoder.unknown_categories
-        )
+        source.note(f"{decoder.unknown_categories} interned category ids that were never defined were left out")
     if decoder.lost_events:
-        _logger.warning(
-            "%s: %d span events whose span was not found nearby were skipped", source.path, decoder.lost_events
-        )
+        source.note(f"{decoder.lost_events} span events whose span was not found nearby were skipped")
 
 
 class PftraceFormat(TraceFormat):
@@ -613,8 +605,9 @@ def read_spans(path: str | os.PathLike[str], *, progress: ProgressCallback | Non
         progress: called as ``progress(bytes_read, total_bytes)`` while reading.
 
     Returns:
-        Ended spans, ordered by start time; impossible spans are left out, with a
-        warning naming the file and how many.
+        Ended spans, ordered by start time. Impossible spans are left out, and so is what
+        the reader cannot place (packets before their sequence's state, undefined category
+        ids), each with a warning naming the file and how many.
 
     Raises:
         TraceFileError: (a ValueError) the file is not a Perfetto protobuf
@@ -629,6 +622,8 @@ def read_spans(path: str | os.PathLike[str], *, progress: ProgressCallback | Non
         source.report_progress(final=True)
         if source.dropped:
             _logger.warning("%s", source.dropped_line())
+        for note in source.notes:
+            _logger.warning("%s: %s", source.path, note)
     finally:
         source.close()
     spans.sort(key=lambda span: (span.start_time, span.end_time))
