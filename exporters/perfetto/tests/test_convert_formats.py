@@ -118,3 +118,76 @@ def test_parquet_without_pyarrow_is_one_line(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "pip install 'brickscope[parquet]'" in err and err.count("\n") == 1
     assert not (tmp_path / "run.parquet").exists()
+
+
+class TestSeveralInputsToADataset:
+    """convert A B ... -o DIR: one Parquet file per input in DIR, one run, all or nothing."""
+
+    def _inputs(self, tmp_path):
+        for rank in (0, 1):
+            _pftrace(tmp_path / f"rank{rank}.pftrace")
+        return [str(tmp_path / "rank0.pftrace"), str(tmp_path / "rank1.pftrace")]
+
+    def test_one_file_per_input_named_by_the_directory_as_run(self, tmp_path, capsys):
+        pq = pytest.importorskip("pyarrow.parquet")
+        out = tmp_path / "job42"
+        assert main(["convert", *self._inputs(tmp_path), "-o", str(out)]) == 0
+        assert sorted(p.name for p in out.iterdir()) == ["rank0.parquet", "rank1.parquet"]
+        for name in ("rank0.parquet", "rank1.parquet"):
+            table = pq.read_table(out / name)
+            assert sorted(table.column("name").to_pylist()) == ["gemm", "step"]
+            assert set(table.column("run").to_pylist()) == {"job42"}
+        assert "wrote 4 spans to 2 files in" in capsys.readouterr().err
+        # The dataset reads back whole: both files' spans.
+        assert main(["convert", str(tmp_path / "rank0.pftrace"), str(tmp_path / "rank1.pftrace"),
+                     "-o", str(tmp_path / "other"), "--run", "base"]) == 0  # fmt: skip
+        assert set(pq.read_table(tmp_path / "other" / "rank1.parquet").column("run").to_pylist()) == {"base"}
+
+    def test_a_bad_input_leaves_nothing(self, tmp_path, capsys):
+        pytest.importorskip("pyarrow.parquet")
+        inputs = self._inputs(tmp_path)
+        bad = tmp_path / "rank2.pftrace"
+        bad.write_bytes(b"not a trace at all")
+        out = tmp_path / "job42"
+        assert main(["convert", *inputs, str(bad), "-o", str(out)]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "rank2.pftrace" in err[0]
+        assert not out.exists()  # created by the command, removed with what it held
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+        assert main(["convert", *inputs, str(bad), "-o", str(out)]) == 1
+        assert [p.name for p in out.iterdir()] == ["notes.txt"]  # an existing directory is left as it was
+
+    def test_an_existing_file_needs_force(self, tmp_path, capsys):
+        pq = pytest.importorskip("pyarrow.parquet")
+        inputs = self._inputs(tmp_path)
+        out = tmp_path / "job42"
+        out.mkdir()
+        (out / "rank1.parquet").write_text("old")
+        assert main(["convert", *inputs, "-o", str(out)]) == 2
+        assert "rank1.parquet: already exists; pass --force" in capsys.readouterr().err
+        assert sorted(p.name for p in out.iterdir()) == ["rank1.parquet"]
+        assert main(["convert", *inputs, "-o", str(out), "--force"]) == 0
+        assert pq.read_table(out / "rank1.parquet").num_rows == 2
+
+    @pytest.mark.parametrize(
+        "output, extra, message",
+        [
+            ("ds", ["--to", "chrome-json"], "several inputs make a Parquet dataset, not --to chrome-json"),
+            ("ds.parquet", [], "ds.parquet: several inputs need a directory"),
+        ],
+    )
+    def test_refused_before_anything_is_written(self, tmp_path, capsys, output, extra, message):
+        inputs = self._inputs(tmp_path)
+        assert main(["convert", *inputs, "-o", str(tmp_path / output), *extra]) == 2
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / output).exists()
+
+    def test_two_inputs_of_one_name_are_refused(self, tmp_path, capsys):
+        for directory in ("a", "b"):
+            (tmp_path / directory).mkdir()
+            _pftrace(tmp_path / directory / "rank0.pftrace")
+        inputs = [str(tmp_path / "a" / "rank0.pftrace"), str(tmp_path / "b" / "rank0.pftrace")]
+        assert main(["convert", *inputs, "-o", str(tmp_path / "ds")]) == 2
+        assert "two inputs would both be written to rank0.parquet" in capsys.readouterr().err
+        assert not (tmp_path / "ds").exists()

@@ -6,6 +6,7 @@ Example::
     $ brickscope convert spans.jsonl -o trace.pftrace
     $ brickscope convert trace.pftrace -o trace.json          # Chrome trace JSON
     $ brickscope convert trace.pftrace -o trace.parquet --run baseline   # the Parquet span format
+    $ brickscope convert rank*.pftrace -o job42/      # a Parquet dataset: job42/rank0.parquet, ...
     $ brickscope merge rank0.pftrace rank1.pftrace -o all.pftrace
 
 Both register through the ``brickscope.commands`` entry-point group, read
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from typing import Any
 
@@ -37,18 +39,28 @@ def register_convert(subparsers: Any) -> None:
             "Chrome trace JSON, torch.profiler's included) "
             "into a Perfetto .pftrace or Chrome trace JSON, to open in https://ui.perfetto.dev or "
             "chrome://tracing, or into the Parquet span format, to query with DuckDB or Spark. "
-            "The output's format is --to, or else its extension: .pftrace, .json or .parquet."
+            "The output's format is --to, or else its extension: .pftrace, .json or .parquet. "
+            "Several inputs make a Parquet dataset: the output is a directory (created if missing) that gets one "
+            "<input name>.parquet per input, all with the directory's name as their run unless --run is given; "
+            "written all or nothing."
         ),
     )
-    parser.add_argument("input", help="OTLP JSON file (or any trace brickscope reads)")
-    parser.add_argument("-o", "--output", required=True, help="the file to write (.pftrace, .json or .parquet)")
+    parser.add_argument("inputs", nargs="+", metavar="input", help="OTLP JSON file (or any trace brickscope reads)")
+    parser.add_argument(
+        "-o", "--output", required=True,
+        help="the file to write (.pftrace, .json or .parquet), or with several inputs the dataset's directory",
+    )  # fmt: skip
     parser.add_argument(
         "--to",
         choices=sorted(OUTPUT_FORMATS),
         help="the output format (default: from the output's extension, .pftrace, .json or .parquet)",
     )
     parser.add_argument(
-        "--run", help="Parquet: the run column, a name for this run (default: the input's file name without its extension)"
+        "--run",
+        help=(
+            "Parquet: the run column, a name for this run (default: the input's file name without its extension;"
+            " with several inputs, the output directory's name)"
+        ),
     )
     parser.add_argument("-f", "--force", action="store_true", help="overwrite the output if it exists")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
@@ -99,45 +111,105 @@ def output_format(path: str, to: str | None) -> str:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from brickscope.offline import (
-        AtomicOutput,
-        Progress,
-        TraceFileError,
-        UsageError,
-        open_spans,
-        replay,
-        write_chrome_trace,
-    )
+    from brickscope.offline import AtomicOutput, Progress, TraceFileError, UsageError, replay, write_chrome_trace
 
     from ._exporter import PerfettoSpanExporter
 
+    if len(args.inputs) > 1:
+        return _convert_to_dataset(args)
+    (source,) = args.inputs
     chosen = output_format(args.output, args.to)
     if args.run is not None and chosen != "parquet":
         raise UsageError(f"--run names the run column of a Parquet output, not of {chosen}")
     if chosen == "parquet":
         _require_pyarrow()
-    with AtomicOutput(args.output, overwrite=args.force, inputs=[args.input], force_flag="--force") as output:
-        progress = Progress(args.input, quiet=args.quiet)
+    with AtomicOutput(args.output, overwrite=args.force, inputs=[source], force_flag="--force") as output:
+        progress = Progress(source, quiet=args.quiet)
         try:
-            with open_spans(args.input, allow_truncated=args.allow_truncated, progress=progress) as spans:
+            with _open(args, source, progress) as spans:
                 if chosen == "chrome-json":
                     with output.open() as out:
                         count = write_chrome_trace(spans, out)
                 elif chosen == "parquet":
-                    count = _write_parquet(spans, output.temporary, args.run or _stem(args.input), progress)
+                    count = _write_parquet(spans, output.temporary, args.run or _stem(source), progress)
                 else:
                     with PerfettoSpanExporter(output.temporary) as exporter:
-                        count = replay(
-                            spans, exporter, on_batch=lambda n: setattr(progress, "extra", f", {n:,} spans")
-                        )
+                        count = replay(spans, exporter, on_batch=lambda n: setattr(progress, "extra", f", {n:,} spans"))
         finally:
             progress.finish()
         if not count:
-            raise TraceFileError(args.input, "no spans in this file")
+            raise TraceFileError(source, "no spans in this file")
         output.commit()
     _report_truncation(spans)
     print(f"wrote {count:,} spans to {output.path}", file=sys.stderr)
     return 0
+
+
+def _convert_to_dataset(args: argparse.Namespace) -> int:
+    """Several inputs into one Parquet dataset directory: one file per input, all or nothing.
+
+    Every destination is checked before anything is read; each file is written to a
+    temporary beside it and the files are moved into place only once every input has
+    been converted, so a bad input leaves the directory as it was (removed if this
+    command created it).
+    """
+    from brickscope.offline import AtomicOutput, Progress, TraceFileError, UsageError
+
+    if args.to not in (None, "parquet"):
+        raise UsageError(f"several inputs make a Parquet dataset, not --to {args.to}; convert them one at a time")
+    directory = args.output
+    if os.path.splitext(directory.rstrip("/\\"))[1].lower() in OUTPUT_FORMATS.values():
+        raise UsageError(
+            f"{directory}: several inputs need a directory to write a Parquet dataset into, not a file name"
+        )
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise UsageError(f"{directory}: not a directory (several inputs make a Parquet dataset in a directory)")
+    names = [_stem(path) + ".parquet" for path in args.inputs]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise UsageError(f"two inputs would both be written to {twice[0]}; rename one, or convert them one at a time")
+    _require_pyarrow()
+    run = args.run or os.path.basename(os.path.abspath(directory))
+    created = not os.path.isdir(directory)
+    if created:
+        parent = os.path.dirname(os.path.abspath(directory))
+        if not os.path.isdir(parent):
+            raise UsageError(f"{directory}: directory {parent} does not exist")
+        os.mkdir(directory)
+    outputs: list[AtomicOutput] = []
+    try:
+        for name in names:
+            destination = os.path.join(directory, name)
+            outputs.append(AtomicOutput(destination, overwrite=args.force, inputs=args.inputs, force_flag="--force"))
+        counts, readers = [], []
+        for source, output in zip(args.inputs, outputs):
+            progress = Progress(source, quiet=args.quiet)
+            try:
+                with _open(args, source, progress) as spans:
+                    counts.append(_write_parquet(spans, output.temporary, run, progress))
+            finally:
+                progress.finish()
+            if not counts[-1]:
+                raise TraceFileError(source, "no spans in this file")
+            readers.append(spans)
+        for output in outputs:
+            output.commit()
+    except BaseException:
+        for output in outputs:
+            output.abort()
+        if created:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
+    for spans in readers:
+        _report_truncation(spans)
+    print(f"wrote {sum(counts):,} spans to {len(outputs)} files in {directory} (run {run!r})", file=sys.stderr)
+    return 0
+
+
+def _open(args: argparse.Namespace, source: str, progress: Any) -> Any:
+    from brickscope.offline import open_spans
+
+    return open_spans(source, allow_truncated=args.allow_truncated, progress=progress)
 
 
 def _require_pyarrow() -> None:
