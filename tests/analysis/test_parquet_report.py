@@ -14,6 +14,7 @@ pytest.importorskip("brickscope.exporter.perfetto")
 
 from brickscope.cli import main
 from brickscope.offline import ParquetSpanWriter, open_spans
+from brickscope.trace import attributes as A
 
 GOLDEN = sorted((Path(__file__).parents[1] / "golden").glob("*.pftrace"))
 
@@ -79,6 +80,20 @@ def test_columns_path_makes_the_record_paths_table(tmp_path, monkeypatch, path):
     fast, slow = _load_both(converted, monkeypatch)
     assert added and added[0] is not None  # the column path ran
     _same_tables(fast, slow)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_columns_path_keeps_every_bit_of_64_bit_values(tmp_path, monkeypatch, engine_cases, seed):
+    """Seeded traces with random 64-bit span ids, parent ids, source hashes and checksums,
+    in row groups that hold a root (a null parent) or a span without a hash: each value comes
+    out exact, as the record path reads it (a column with nulls once came out of Arrow as
+    float64, rounding such values to 53 bits)."""
+    spans = engine_cases.generate(seed, steps=3, ranks=2)
+    path = engine_cases.write_parquet(spans, tmp_path / "trace.parquet", row_group_rows=6 + seed)
+    fast, slow = _load_both(path, monkeypatch)
+    _same_tables(fast, slow)
+    hashes = {int(span.attributes[A.KERNEL_SOURCE_HASH], 16) for span in spans if A.KERNEL_SOURCE_HASH in span.attributes}
+    assert max(hashes) > 2**53 and max(span.context.span_id for span in spans) > 2**63  # the cases that rounded
 
 
 def test_columns_path_counts_impossible_rows_as_the_rule_does(tmp_path, monkeypatch):

@@ -130,12 +130,13 @@ _COLUMNS = [
 
 
 def _ints(np: Any, batch: Any, name: str, fill: int) -> Any:
-    """An int64 column as numpy, nulls as ``fill``."""
+    """An int64 column as numpy, nulls as ``fill``. Filled in Arrow first: a column with
+    nulls turned into numpy as it is becomes float64, which rounds ids, hashes and
+    nanosecond times past 2**53."""
     column = batch.column(name)
-    values = column.to_numpy(zero_copy_only=False)
-    if column.null_count:
-        values = np.where(column.is_null().to_numpy(zero_copy_only=False), fill, values)
-    return values.astype(np.int64, copy=False)
+    if column.null_count:  # a writable copy, as the column without nulls below is not always
+        return np.array(column.fill_null(fill).to_numpy(zero_copy_only=False), dtype=np.int64)
+    return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
 def _present(np: Any, batch: Any, name: str) -> Any:
