@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from brickscope.analysis._load import AnalysisError, _expand, load
+from brickscope.offline import StepRange
 
 #: The engines, as ``--engine`` names them.
 ENGINES = ("memory", "duckdb", "spark")
@@ -95,15 +96,19 @@ def load_with(
     backend: str | None = None,
     allow_truncated: bool = False,
     progress_for: Callable[[str], Any] | None = None,
+    steps: StepRange | None = None,
 ) -> Any:
-    """The table of ``inputs`` built by ``engine`` (see :func:`choose`).
+    """The table of ``inputs`` built by ``engine`` (see :func:`choose`); ``steps``: the
+    in-memory engine's selection of :func:`~brickscope.analysis.load`.
 
     Raises:
         AnalysisError: as :func:`~brickscope.analysis.load` and the engine's loader say, or
             the engine is not installed.
     """
     if engine == "memory":
-        return load(*inputs, backend=backend, allow_truncated=allow_truncated, progress_for=progress_for)
+        return load(*inputs, backend=backend, allow_truncated=allow_truncated, progress_for=progress_for, steps=steps)
+    if steps is not None:
+        raise AnalysisError(f"--engine {engine} loads every step (steps are chosen by the in-memory engine)")
     if engine == "duckdb":
         from brickscope.analysis._duckdb import load_parquet
 

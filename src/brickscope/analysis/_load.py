@@ -22,6 +22,8 @@ from brickscope.analysis._backend import get_backend
 from brickscope.analysis._table import Table, TableBuilder
 from brickscope.offline._errors import one_line
 from brickscope.offline._integrity import describe_impossible
+from brickscope.offline._steps import StepRange
+from brickscope.trace.attributes import STEP_NUMBER
 
 #: Called as ``progress(bytes_read, total_bytes)`` over all inputs while loading.
 ProgressCallback = Callable[[int, int], None]
@@ -54,6 +56,7 @@ def load(
     progress: ProgressCallback | None = None,
     allow_truncated: bool = False,
     progress_for: Callable[[str], ProgressCallback | None] | None = None,
+    steps: StepRange | None = None,
 ) -> Table:
     """Load trace files, directories of them, or live sessions into one table.
 
@@ -64,6 +67,11 @@ def load(
         allow_truncated: analyse the valid prefix of a file cut short (a writer killed
             mid-write) instead of failing.
         progress_for: instead of ``progress``, a callback per file (``progress_for(path)``).
+        steps: keep only the spans of these steps (``(low, high)``: ``low <= step < high``,
+            an end None: open) and the spans without a step number, for what needs nothing
+            else (``tree_graphs`` of those steps): the table of a few steps of a long run
+            fits where the whole would not, and Parquet row groups outside the range are
+            not read. Not for a report, which counts every span. Files only.
 
     Raises:
         AnalysisError: an input is missing, unreadable, empty, not a brickscope
@@ -85,6 +93,8 @@ def load(
         raise AnalysisError("brickscope: a live session is analysed on its own, not mixed with other inputs")
     if sessions:
         session = sessions[0]
+        if steps is not None:
+            raise AnalysisError("brickscope: steps= selects spans of files; a live session's table is whole")
         if session.aggregator is None:
             raise AnalysisError("brickscope: this session was configured with aggregate=False: it keeps no spans")
         session.sync()
@@ -92,7 +102,7 @@ def load(
         _require_spans(table, "the live session")
         return table
     with _cyclic_gc_paused():
-        return _load_files(files, engine, progress, allow_truncated, progress_for)
+        return _load_files(files, engine, progress, allow_truncated, progress_for, steps)
 
 
 def load_spans(spans: Iterable[Any], *, backend: str | None = None) -> Table:
@@ -121,6 +131,7 @@ def _load_files(
     progress: ProgressCallback | None,
     allow_truncated: bool,
     progress_for: Callable[[str], ProgressCallback | None] | None,
+    steps: StepRange | None,
 ) -> Table:
     builder = TableBuilder(engine)
     sizes = [_size(path) for path in files]
@@ -132,9 +143,9 @@ def _load_files(
         rows = builder.rows
         callback = report if progress_for is None else progress_for(path)
         try:
-            if not _add_parquet(builder, path, callback):
+            if not _add_parquet(builder, path, callback, steps):
                 with _read(path, allow_truncated, callback) as spans:
-                    builder.add_records(spans)
+                    builder.add_records(spans if steps is None else _in_steps(spans, steps))
                 if spans.truncation is not None:
                     builder.notes.append(f"{spans.truncation}; analysed the valid prefix ({spans.spans_read:,} spans)")
                 _note_impossible(builder, spans.dropped, spans.dropped_line())
@@ -150,14 +161,14 @@ def _load_files(
     return table
 
 
-def _add_parquet(builder: TableBuilder, path: str, progress: ProgressCallback | None) -> bool:
+def _add_parquet(builder: TableBuilder, path: str, progress: ProgressCallback | None, steps: StepRange | None) -> bool:
     """A Parquet span file straight into rows (brickscope.analysis._parquet) when pyarrow is
     installed and the file allows it; False: read it as spans."""
     from brickscope.analysis._parquet import add_parquet, is_parquet
 
     if not is_parquet(path) or importlib.util.find_spec("pyarrow") is None:
         return False
-    added = add_parquet(builder, path, progress)
+    added = add_parquet(builder, path, progress, steps)
     if added is None:
         return False
     rows, dropped = added
@@ -168,6 +179,16 @@ def _add_parquet(builder: TableBuilder, path: str, progress: ProgressCallback | 
             raise AnalysisError(one_line(f"{path}: every span is impossible ({describe_impossible(dropped)}): refused"))
         _note_impossible(builder, dropped, line)
     return True
+
+
+def _in_steps(records: Iterable[Any], steps: StepRange) -> Iterator[Any]:
+    """The records of ``steps`` and those without an integer step number (the rule of
+    :func:`brickscope.analysis._parquet.add_parquet`'s filter, on the record path)."""
+    low, high = steps
+    for record in records:
+        step = record[6].get(STEP_NUMBER)
+        if type(step) is not int or ((low is None or step >= low) and (high is None or step < high)):
+            yield record
 
 
 def _note_impossible(builder: TableBuilder, dropped: dict[str, int], line: str | None) -> None:

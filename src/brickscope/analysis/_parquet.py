@@ -53,6 +53,7 @@ from brickscope.offline._integrity import (
 from brickscope.offline._parquet_read import PARQUET_MAGIC, open_parquet
 from brickscope.offline._parquet_rows import RowReader
 from brickscope.offline._source import TraceSource
+from brickscope.offline._steps import StepRange
 from brickscope.trace import attributes as A
 
 #: Attribute keys whose presence in the ``attributes`` JSON sends a file down the record path.
@@ -72,9 +73,17 @@ def is_parquet(path: str) -> bool:
 
 
 def add_parquet(
-    builder: TableBuilder, path: str, progress: Callable[[int, int], None] | None = None
+    builder: TableBuilder,
+    path: str,
+    progress: Callable[[int, int], None] | None = None,
+    steps: StepRange | None = None,
 ) -> tuple[int, dict[str, int]] | None:
     """Add every possible row of a Parquet span file to ``builder``.
+
+    ``steps`` (``low <= step < high``, an end None: open) keeps only the rows of those steps
+    and the rows without a step number: a row group whose ``step`` statistics lie outside
+    the range, with no null, is not even read. What needs nothing but those steps (their
+    graphs) comes out the same; what counts every span (the report) must not pass it.
 
     Returns ``(rows added, impossible rows by reason)``, or None (nothing added) when the
     file needs the record path: numpy is missing, or its ``attributes`` JSON holds a key the
@@ -96,7 +105,11 @@ def add_parquet(
         added, dropped = 0, {}
         done = len(PARQUET_MAGIC)
         for group in range(parquet.metadata.num_row_groups):
+            if steps is not None and not _may_hold(parquet.metadata.row_group(group), steps):
+                continue
             table = parquet.read_row_group(group, columns=_COLUMNS)
+            if steps is not None:
+                table = table.filter(_in_steps(table.column("step"), steps))
             for batch in table.to_batches():
                 added += _add_batch(np, builder, reader, batch, dropped)
             row_group = parquet.metadata.row_group(group)
@@ -107,6 +120,74 @@ def add_parquet(
         return added, dropped
     finally:
         source.close()
+
+
+def step_numbers(paths: list[str], steps: StepRange) -> tuple[int | None, int | None, bool]:
+    """The smallest and largest step number of Parquet span files (from their footers), and
+    whether any row has a step number in ``steps`` (reading only the ``step`` column of the
+    row groups whose statistics allow one). ``(None, None, False)``: no row has a step number.
+
+    Raises:
+        TraceFileError: a file is not a span file this brickscope reads (one line).
+    """
+    low = high = None
+    found = False
+    for path in paths:
+        source = TraceSource(path)
+        try:
+            parquet = open_parquet(source)
+            for group in range(parquet.metadata.num_row_groups):
+                stats = _step_statistics(parquet.metadata.row_group(group))
+                if stats is None or not stats.has_min_max:  # no statistics, or only nulls: read it
+                    column = parquet.read_row_group(group, columns=["step"]).column("step").drop_null()
+                    if not len(column):
+                        continue
+                    smallest, largest = min(column.to_pylist()), max(column.to_pylist())
+                else:
+                    smallest, largest = stats.min, stats.max
+                low = smallest if low is None else min(low, smallest)
+                high = largest if high is None else max(high, largest)
+                if not found and _may_hold_step(smallest, largest, steps):
+                    column = parquet.read_row_group(group, columns=["step"]).column("step")
+                    found = bool(column.filter(_in_steps(column, steps)).drop_null().length())
+        finally:
+            source.close()
+    return low, high, found
+
+
+def _step_statistics(row_group: Any) -> Any:
+    """The ``step`` column's statistics in a row group's metadata (None: not written)."""
+    for index in range(row_group.num_columns):
+        column = row_group.column(index)
+        if column.path_in_schema == "step":
+            return column.statistics
+    return None
+
+
+def _may_hold_step(smallest: int, largest: int, steps: StepRange) -> bool:
+    low, high = steps
+    return (high is None or smallest < high) and (low is None or largest >= low)
+
+
+def _may_hold(row_group: Any, steps: StepRange) -> bool:
+    """Whether a row group may hold a row of ``steps`` or one without a step (its statistics)."""
+    stats = _step_statistics(row_group)
+    if stats is None or not stats.has_min_max or stats.null_count != 0:
+        return True
+    return _may_hold_step(stats.min, stats.max, steps)
+
+
+def _in_steps(column: Any, steps: StepRange) -> Any:
+    """The mask of a ``step`` column's rows kept by ``steps``: in the range, or null."""
+    import pyarrow.compute as pc
+
+    low, high = steps
+    wanted = pc.is_valid(column)
+    if low is not None:
+        wanted = pc.and_kleene(wanted, pc.greater_equal(column, low))
+    if high is not None:
+        wanted = pc.and_kleene(wanted, pc.less(column, high))
+    return pc.or_kleene(pc.is_null(column), wanted)
 
 
 def _needs_records(parquet: Any) -> bool:

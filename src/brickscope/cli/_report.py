@@ -32,7 +32,7 @@ from brickscope.analysis._memory import HOTSPOT_SHARE
 from brickscope.analysis._peaks import Peak
 from brickscope.analysis._render import FORMATS, render, render_comparison
 from brickscope.cli import EXIT_BAD_INPUT, EXIT_OK, UsageError
-from brickscope.offline import Progress, one_line, step_argument
+from brickscope.offline import Progress, StepRange, one_line, step_argument
 
 
 def register_report(subparsers: Any) -> None:
@@ -313,8 +313,9 @@ def _engine(args: argparse.Namespace, inputs: list[str]) -> str:
     return choice.engine
 
 
-def _load(args: argparse.Namespace, inputs: list[str], engine: str = "memory") -> Any:
-    """The inputs' table built by ``engine``, with a progress line per file on stderr when it is a terminal."""
+def _load(args: argparse.Namespace, inputs: list[str], engine: str = "memory", steps: StepRange | None = None) -> Any:
+    """The inputs' table built by ``engine`` (only ``steps``' spans when given: see
+    :func:`brickscope.analysis.load`), with a progress line per file on stderr when it is a terminal."""
     shown: list[Progress] = []
 
     def progress_for(path: str) -> Progress:
@@ -323,7 +324,12 @@ def _load(args: argparse.Namespace, inputs: list[str], engine: str = "memory") -
 
     try:
         table = load_with(
-            engine, inputs, backend=args.backend, allow_truncated=args.allow_truncated, progress_for=progress_for
+            engine,
+            inputs,
+            backend=args.backend,
+            allow_truncated=args.allow_truncated,
+            progress_for=progress_for,
+            steps=steps,
         )
     finally:
         for progress in shown:

@@ -15,14 +15,18 @@ bad arguments: status 2; nothing on stdout unless the whole tree is ready.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import sys
 from typing import Any
 
 from brickscope.analysis import TREE_FORMATS, AnalysisError, render_tree, select, tree_graphs
+from brickscope.analysis._engines import is_parquet, is_uri
 from brickscope.analysis._graph import SLACK_FRACTION
+from brickscope.analysis._load import _expand
 from brickscope.cli import EXIT_OK
 from brickscope.cli._report import _fail, _load
-from brickscope.offline import step_argument
+from brickscope.offline import StepRange, describe_steps, step_argument
 
 
 def register_tree(subparsers: Any) -> None:
@@ -59,7 +63,7 @@ def register_tree(subparsers: Any) -> None:
 def run_tree(args: argparse.Namespace) -> int:
     """Load, build the graphs, print; returns the exit status."""
     try:
-        table = _load(args, args.inputs)
+        table = _load(args, args.inputs, steps=_parquet_steps(args.inputs, args.step))
         table = select(table, ranks=args.rank)[0]
         graphs = tree_graphs(table, args.step)
     except AnalysisError as exc:
@@ -70,6 +74,27 @@ def run_tree(args: argparse.Namespace) -> int:
         )
     )
     return EXIT_OK
+
+
+def _parquet_steps(inputs: list[str], steps: StepRange | None) -> StepRange | None:
+    """``steps`` when every input is Parquet, for the loader to read only those steps' rows (a few
+    steps of a long run fit in memory where the whole run would not); otherwise None (every span).
+
+    Raises:
+        AnalysisError: no row of the Parquet inputs is in ``steps``; the message names the
+            steps the files hold, as :func:`brickscope.analysis.tree_graphs` would.
+    """
+    if steps is None or importlib.util.find_spec("pyarrow") is None:
+        return None
+    if not all(is_parquet(os.fspath(path)) and not is_uri(os.fspath(path)) for path in inputs):
+        return None
+    from brickscope.analysis._parquet import step_numbers
+
+    low, high, found = step_numbers([file for path in inputs for file in _expand(os.fspath(path))], steps)
+    if not found:
+        known = f"steps {low} to {high}" if low is not None else "no step scopes"
+        raise AnalysisError(f"no step {describe_steps(steps)} in the trace ({known})")
+    return steps
 
 
 def _fraction(text: str) -> float:
