@@ -26,7 +26,7 @@ from brickscope.analysis._communication import MIN_RATIO
 from brickscope.analysis._diff import ALPHA, MIN_CHANGE_PCT, compare, compare_runs
 from brickscope.analysis._divergence import divergence
 from brickscope.analysis._engine import analyse, select
-from brickscope.analysis._engines import ENGINES, choose, load_with, report_with, summarise_with
+from brickscope.analysis._engines import ENGINES, check_memory, choose, load_with, report_with, summarise_with
 from brickscope.analysis._load import AnalysisError
 from brickscope.analysis._memory import HOTSPOT_SHARE
 from brickscope.analysis._peaks import Peak
@@ -322,6 +322,8 @@ def _load(args: argparse.Namespace, inputs: list[str], engine: str = "memory", s
         shown.append(Progress(os.path.basename(path), quiet=args.quiet or not sys.stderr.isatty()))
         return shown[-1]
 
+    if engine == "memory" and steps is None:
+        check_memory(inputs, args.command, _memory_hint(args.command))
     try:
         table = load_with(
             engine,
@@ -337,6 +339,16 @@ def _load(args: argparse.Namespace, inputs: list[str], engine: str = "memory", s
     for note in table.notes:
         print(one_line(note), file=sys.stderr)
     return table
+
+
+def _memory_hint(command: str) -> str:
+    """What to do instead when the in-memory engine cannot hold a command's inputs."""
+    if command == "tree":
+        return "draw a few steps with --step A:B (only their rows are read)"
+    from brickscope.analysis import _duckdb
+
+    install = "" if _duckdb.available() else " (pip install 'brickscope[duckdb]')"
+    return f"--engine duckdb computes it out of core{install}"
 
 
 def _positive(text: str) -> int:
