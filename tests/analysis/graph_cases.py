@@ -2,7 +2,7 @@
 """Hand-built step graphs on two CUDA streams, whose critical paths and slack the tests
 compute by hand (times in microseconds after T0, so the arithmetic shows).
 
-Step 0, ``two_streams(0)`` (all GPU-timed; the step and layer on the host thread's lane)::
+Step 0, ``two_streams(0)`` (all GPU-timed; the layer, which names no stream, on A's lane)::
 
     stream 1:  A [0,30]      B [35,60]           D [70,100]
     stream 2:       C [10,50]     E [55,80]   (E holds kernel k [60,70] on stream 2)

@@ -63,6 +63,29 @@ class TestCriticalPathAndSlack:
         assert (graph.path_ns, graph.duration_ns) == (55 * US, 70 * US)
         assert (nodes["X"].slack_ns, nodes["Y"].slack_ns, nodes["Z"].slack_ns) == (20 * US, 0, 0)
 
+    def test_layers_run_on_the_stream_of_their_bricks_beside_bricks_of_the_step(self, backend):
+        """A GPU-timed step [0,100] holding, on stream 7, embed [0,10], layer 0 [12,50] (q [12,30],
+        o [32,50]), layer 1 [52,90] (q [52,70], o [72,90]) and head [92,100]. Layers name no
+        stream (brickscope writes none for them): they are on the lane of the brick they begin
+        with, stream 7, so the step's children are one chain. Path: embed 10 + q 18 + o 18 +
+        q 18 + o 18 + head 8 = 90 us of 100; gaps 2 + 2 + 2 + 2 + 2 = 10."""
+        spans = [make_span(1, "step", T0, T0 + 100 * US, attributes=gpu("step", None, 0), resource=RESOURCE)]
+        spans.append(make_span(2, "embed", T0, T0 + 10 * US, 1, attributes=gpu("brick", 7, 0), resource=RESOURCE))
+        for layer, base in ((0, 12), (1, 52)):
+            lid = 10 + layer * 10
+            spans.append(make_span(lid, "layer", T0 + base * US, T0 + (base + 38) * US, 1,
+                                   attributes=gpu("layer", None, 0, layer), resource=RESOURCE))  # fmt: skip
+            spans.append(make_span(lid + 1, "q", T0 + base * US, T0 + (base + 18) * US, lid,
+                                   attributes=gpu("brick", 7, 0, layer), resource=RESOURCE))  # fmt: skip
+            spans.append(make_span(lid + 2, "o", T0 + (base + 20) * US, T0 + (base + 38) * US, lid,
+                                   attributes=gpu("brick", 7, 0, layer), resource=RESOURCE))  # fmt: skip
+        spans.append(make_span(3, "head", T0 + 92 * US, T0 + 100 * US, 1, attributes=gpu("brick", 7, 0), resource=RESOURCE))
+        (graph,) = step_graphs(table_of(spans, backend))
+        assert [n.name for n in graph.path] == ["embed", "q", "o", "q", "o", "head"]
+        assert (graph.path_ns, graph.gaps_ns) == (90 * US, 10 * US)
+        assert not graph.parallel  # one lane throughout
+        assert all(n.slack_ns == 0 for n in graph.nodes())
+
     def test_one_stream_is_sequential_so_everything_on_it_is_critical(self, backend):
         """Three bricks on one stream with gaps: all critical, path = their sum, gaps = the rest."""
         spans = [make_span(1, "step", T0, T0 + 50 * US, attributes=gpu("step", None, 0), resource=RESOURCE)]

@@ -6,7 +6,8 @@ table's ``parent`` column. Timing follows three rules (``docs/analysis.md``,
 "Critical path and slack"):
 
 1. work on one lane is sequential: a lane is a CUDA stream for GPU-timed spans, the
-   host thread otherwise; siblings on one lane run one after the other;
+   host thread otherwise (a GPU-timed span without a stream, a layer, takes its earliest
+   GPU-timed child's); siblings on one lane run one after the other;
 2. lanes overlap: siblings on different lanes run concurrently;
 3. a parent waits for its children: it cannot end before its last child has.
 
@@ -236,6 +237,10 @@ def _node(table: Table, col: dict[str, list[Any]], children: list[list[int]], ro
         if lane is None:
             lane = lanes[lane_key] = table.stream_label(stream) if stream >= 0 else f"thread {col['thread'][r]}"
         launch = col["launch"][r]
+        kids = [made.pop(c) for c in children[r]]
+        clock = CLOCKS[col["clock"][r]]
+        if stream < 0 and _timeline(clock) == "gpu":
+            lane = _earliest_lane(kids) or lane
         made[r] = Node(
             kind=kind,
             name=name,
@@ -244,15 +249,23 @@ def _node(table: Table, col: dict[str, list[Any]], children: list[list[int]], ro
             duration_ns=col["end"][r] - col["start"][r],
             self_ns=col["self"][r],
             elements=col["elements"][r],
-            clock=CLOCKS[col["clock"][r]],
+            clock=clock,
             lane=lane,
             launch=table.launches[launch] if launch >= 0 else None,
             source=col["source"][r],
             checksum=col["checksum"][r],
             layer=col["layer"][r] if col["layer"][r] >= 0 else None,
-            children=[made.pop(c) for c in children[r]],
+            children=kids,
         )
     return made[row]
+
+
+def _earliest_lane(children: Sequence[Node]) -> str | None:
+    """The lane of a GPU-timed span that names no stream (a layer or step: brickscope records
+    their CUDA events on the stream current when they begin, and writes no stream): the
+    lane of its earliest GPU-timed child, the work it began with. None: no such child."""
+    timed = [c for c in children if _timeline(c.clock) == "gpu"]
+    return min(timed, key=lambda c: c.start).lane if timed else None
 
 
 def _finish(root: Node, step: int | None, rank: str) -> StepGraph:
