@@ -230,7 +230,7 @@ _SQL_SETTINGS = {"spark.sql.ansi.enabled": "true", "spark.sql.ansi.doubleQuotedI
 def _local_defaults(spark: Any) -> dict[str, str]:
     """In local mode, the SQL options brickscope sets where nobody has set them: one shuffle
     partition a core (Spark's default of 200 makes every GROUP BY and window of the report
-    200 tasks on a few cores, most of the time of a small report spent starting them)."""
+    200 tasks, each with its own start, for a few cores to run)."""
     if not spark.sparkContext.master.startswith("local"):
         return {}
     defaults = {"spark.sql.shuffle.partitions": str(spark.sparkContext.defaultParallelism)}
