@@ -21,7 +21,14 @@ pytest.importorskip("pyarrow")
 if shutil.which("java") is None:
     pytest.skip("Spark needs Java (none on PATH)", allow_module_level=True)
 
-from brickscope.analysis._spark import SparkSettings, check_footer, load_spark, report_spark, spark_session
+from brickscope.analysis._spark import (
+    SparkSettings,
+    _local_defaults,
+    check_footer,
+    load_spark,
+    report_spark,
+    spark_session,
+)
 
 #: A JVM start and Spark's query planning take tens of seconds on a busy 2-core machine.
 pytestmark = pytest.mark.timeout(900)
@@ -90,6 +97,21 @@ def test_a_dataset_directory_with_filters(tmp_path, spark, engine_cases):
     got = to_json(report_spark(job, spark=spark, backend="python", **options))
     assert len(got["sources"]) == 4
     assert got == to_json(analyse(memory, **options))
+
+
+def test_local_mode_takes_one_shuffle_partition_a_core_only_where_unset(tmp_path, spark, engine_cases):
+    """Spark's 200 shuffle partitions become one a core (local[2]: 2) while a report runs, and
+    are unset again after; a value set by the user (this session's 2) is left alone."""
+    key = "spark.sql.shuffle.partitions"
+    assert _local_defaults(spark) == {}
+    path = str(engine_cases.write_parquet(engine_cases.generate(1), tmp_path / "t.parquet"))
+    spark.conf.unset(key)
+    try:
+        assert _local_defaults(spark) == {key: "2"}
+        report_spark(path, spark=spark)
+        assert spark.conf.get(key, None) is None
+    finally:
+        spark.conf.set(key, "2")
 
 
 class TestRefusals:

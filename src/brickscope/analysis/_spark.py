@@ -227,6 +227,16 @@ def summarise_spark(
 _SQL_SETTINGS = {"spark.sql.ansi.enabled": "true", "spark.sql.ansi.doubleQuotedIdentifiers": "true"}
 
 
+def _local_defaults(spark: Any) -> dict[str, str]:
+    """In local mode, the SQL options brickscope sets where nobody has set them: one shuffle
+    partition a core (Spark's default of 200 makes every GROUP BY and window of the report
+    200 tasks, each with its own start, for a few cores to run)."""
+    if not spark.sparkContext.master.startswith("local"):
+        return {}
+    defaults = {"spark.sql.shuffle.partitions": str(spark.sparkContext.defaultParallelism)}
+    return {key: value for key, value in defaults.items() if spark.conf.get(key, None) is None}
+
+
 @contextlib.contextmanager
 def _session(inputs: Sequence[str], backend: str | None, spark: Any) -> Iterator[_SparkSession]:
     """A Spark session with the spans table ``bs_t`` of ``inputs`` built (cached on the
@@ -234,8 +244,9 @@ def _session(inputs: Sequence[str], backend: str | None, spark: Any) -> Iterator
     if not inputs:
         raise AnalysisError("brickscope: nothing to analyse (no input given)")
     spark = spark if spark is not None else spark_session()
-    before = {key: spark.conf.get(key, None) for key in _SQL_SETTINGS}
-    for key, value in _SQL_SETTINGS.items():
+    settings = {**_local_defaults(spark), **_SQL_SETTINGS}
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
         spark.conf.set(key, value)
     try:
         yield _SparkSession(spark, [os.fspath(item) for item in inputs], get_backend(backend))

@@ -522,8 +522,8 @@ class SqlAnalysis:
         if not self._one(f"SELECT count(*) FROM bs_sel WHERE kind = {KIND_STEP}"):
             return critical_paths(self.s.pull("true"), slowest=top)
         union = self.s.dialect.recursive_union
-        self.s.query(f"""
-            CREATE OR REPLACE TEMP VIEW bs_top_steps AS
+        # the few top steps are held as a table: the descent below starts from rows, not a query
+        top_steps = self.s.query(f"""
             WITH RECURSIVE up(ord, ancestor) AS (
                 SELECT ord, parent_id FROM bs_sel WHERE kind = {KIND_STEP}
                 {union}
@@ -532,8 +532,10 @@ class SqlAnalysis:
             ),
             nested AS (SELECT DISTINCT up.ord FROM up JOIN bs_sel p ON p.span_id = up.ancestor
                 WHERE up.ancestor <> 0 AND p.kind = {KIND_STEP})
-            SELECT ord, span_id FROM bs_sel WHERE kind = {KIND_STEP} AND ord NOT IN (SELECT ord FROM nested)
-            ORDER BY start - "end", ord LIMIT {int(top)}""")
+            SELECT s.ord, s.span_id FROM bs_sel s WHERE s.kind = {KIND_STEP}
+                AND NOT EXISTS (SELECT 1 FROM nested n WHERE n.ord = s.ord)
+            ORDER BY s.start - s."end", s.ord LIMIT {int(top)}""")
+        self.s.upload("bs_top_steps", "ord BIGINT, span_id BIGINT", top_steps)
         return critical_paths(
             self.s.pull(f"""ord IN (
                 WITH RECURSIVE down(ord, span_id) AS (
@@ -548,9 +550,11 @@ class SqlAnalysis:
         """The ``top`` stalls that cost most over their median, a stall inside a stalled span left
         to it, each with what overlapped it on its rank (``_stalls.stalls``)."""
         columns = ", ".join(f"s.{c}" for c in _INSTANCE.split(", "))
+        # NOT EXISTS, not NOT IN: span ids are never NULL, and NOT IN's rule for NULLs makes
+        # Spark compare every stall with every other (a nested loop) where EXISTS is a hash join
         listed = self.s.query(f"""
             SELECT {columns}, s.thread, s."end", s.median, s.threshold FROM bs_stalls s
-            WHERE s.parent_id = 0 OR s.parent_id NOT IN (SELECT span_id FROM bs_stalls)
+            WHERE s.parent_id = 0 OR NOT EXISTS (SELECT 1 FROM bs_stalls p WHERE p.span_id = s.parent_id)
             ORDER BY s.self - s.median DESC, s.start, s.ord LIMIT {int(top)}""")
         self.s.upload(
             "bs_listed", 'k BIGINT, rank BIGINT, start BIGINT, "end" BIGINT',
