@@ -45,6 +45,7 @@ def register_compile_substitutes(torch: Any) -> None:
     for factory in (_factories.brick, _factories.kernel, _factories.layer, _factories.step):
         substitute(factory, skip_signature_check=True)(_in_graph)
     substitute(_tokens.enter_scope, skip_signature_check=True)(_enter_in_graph)
+    substitute(_tokens.open_scope, skip_signature_check=True)(_enter_in_graph)
     substitute(_tokens.exit_scope, skip_signature_check=True)(_exit_in_graph)
     _substitutes_registered = True
 

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from brickscope import _state
-from brickscope._scope import Brick, Layer, enter_scope, exit_scope
+from brickscope._scope import Brick, Layer, exit_scope, open_scope
 from brickscope.torch import _losses
 from brickscope.torch._plan import Mapped
 from brickscope.trace.attributes import GPU_TIMING_SKIPPED, TORCH_MODULE_PATH
@@ -190,10 +190,11 @@ def wrap_forward(
 
         def call(*args: Any, **kwargs: Any) -> Any:
             # is_compiling() first: while torch.compile traces, the call goes straight
-            # through and the branch folds away (no graph break, nothing recorded).
+            # through and the branch folds away (no graph break, nothing recorded); asked
+            # once a call (open_scope does not ask again).
             if _is_compiling() or _state.recorder is None:
                 return forward(*args, **kwargs)
-            token = enter_scope(choose(args))
+            token = open_scope(choose(args))
             try:
                 result = timed(*args, **kwargs)
             except BaseException as exc:  # KeyboardInterrupt too: close exactly what we opened
@@ -208,7 +209,7 @@ def wrap_forward(
         def call(*args: Any, **kwargs: Any) -> Any:
             if _is_compiling() or _state.recorder is None:
                 return forward(*args, **kwargs)
-            token = enter_scope(choose(args))
+            token = open_scope(choose(args))
             push_range(range_attributes)
             try:
                 result = timed(*args, **kwargs)
