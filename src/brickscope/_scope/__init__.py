@@ -28,7 +28,15 @@ from brickscope._scope._additions import Tile, event, record_gpu, sync, tile
 from brickscope._scope._compile import register_compile_substitutes
 from brickscope._scope._factories import brick, kernel, layer, step
 from brickscope._scope._scopes import Brick, Kernel, Layer, Scope, Step
-from brickscope._scope._tokens import BrickHandle, ScopeToken, end_brick, enter_scope, exit_scope, open_scope, start_brick
+from brickscope._scope._tokens import (
+    BrickHandle,
+    ScopeToken,
+    end_brick,
+    enter_scope,
+    exit_scope,
+    open_scope,
+    start_brick,
+)
 
 __all__ = [
     "Brick",
