@@ -132,3 +132,31 @@ class TestFx:
             traced = torch.fx.symbolic_trace(model)
         assert [(n.op, str(n.target)) for n in traced.graph.nodes] == plain
         assert torch.equal(traced(tokens()), model(tokens()))
+
+
+class TestCompilingAsked:
+    def test_an_instrumented_call_asks_is_compiling_once_and_records_its_brick(self, monkeypatch):
+        """The module call asks torch.compiler.is_compiling() itself and the scope it opens
+        does not ask again: one question a call (the step asks its own), and the brick is
+        still recorded."""
+        from brickscope import _state
+        from brickscope.torch import _calls
+
+        asked = []
+
+        def is_compiling() -> bool:
+            asked.append(1)
+            return False
+
+        linear = torch.nn.Linear(4, 4)
+        with capture_spans() as captured, bt.instrument(linear):
+            monkeypatch.setattr(_calls, "_is_compiling", is_compiling)
+            monkeypatch.setattr(_state, "compiling", is_compiling)
+            with bs.step(0):
+                before = len(asked)
+                linear(torch.ones(2, 4))
+                during = len(asked) - before
+            captured.session.sync()
+            names = sorted(s.name for s in captured.spans)
+        assert during == 1
+        assert len(names) == 2 and "step" in names

@@ -7,8 +7,10 @@ and the C span maker (``brickscope._hotpath.SpanMaker``) builds what the Python 
 
 from __future__ import annotations
 
+import gc
 import random
 import threading
+import weakref
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -222,6 +224,29 @@ class TestSpanMaker:
         native, python = _spans_of("c", ids), _spans_of("python", ids)
         assert [s[0] for s in native].count("noted") == 2
         assert native == python
+
+    def test_c_built_spans_are_left_to_reference_counting(self):
+        """A span the C maker builds is not walked by the cyclic GC (nothing it holds can refer
+        back to it) and is freed as soon as the last holder lets go of it, without a collection."""
+        provider = TracerProvider()
+        exporter = InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        session = bs.configure(provider, clock="host")
+        with bs.step(0), bs.brick("rms_norm", elements=4, path="model.norm"):
+            pass
+        bs.sync()
+        spans = {s.name: s for s in exporter.get_finished_spans()}
+        assert not gc.is_tracked(spans["rms_norm"]) and not gc.is_tracked(spans["step"])
+        freed = weakref.ref(spans["rms_norm"])
+        gc.disable()  # no collection may free it
+        try:
+            exporter.clear()
+            spans.clear()
+            assert freed() is None
+        finally:
+            gc.enable()
+        session.shutdown()
+        reset_globals()
 
     def test_self_time_is_credited_as_in_python(self):
         """Nested bricks: the outer brick's self time is its duration minus the inner one's,

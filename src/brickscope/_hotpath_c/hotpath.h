@@ -60,6 +60,7 @@ extern PyObject *g_exit_out_of_order;   /* _scope._exit_out_of_order(scope, top,
 extern PyObject *g_exit_entry_ooo;      /* _scope._exit_entry_out_of_order(entry, rec, error) */
 extern PyObject *g_inert;               /* _scope._INERT: the token of a scope that recorded nothing */
 extern PyObject *g_enter_scope_py;      /* _scope.enter_scope in Python: every unusual case */
+extern PyObject *g_open_scope_py;       /* _scope.open_scope in Python: every unusual case */
 extern PyObject *g_exit_scope_py;       /* _scope.exit_scope in Python: every unusual case */
 
 extern PyObject *s_recorder, *s_compiling, *s_perf_counter_ns, *s_kind, *s_open_root, *s_open_gpu,
@@ -193,7 +194,7 @@ typedef struct {
 /* The version of what this extension expects from the Python beside it (the registration
  * calls' fields, the key tables, the types' layouts): brickscope._record states the one it
  * was written for, and brickscope.native.load refuses another. Raise it with any such change. */
-#define HOTPATH_ABI_VERSION 1
+#define HOTPATH_ABI_VERSION 2
 
 /* The CUDA version the driver entry points' typedefs (cuda.c) were written for: the
  * Python side asks cuGetProcAddress for them at this version (module constant CUDA_VERSION),
@@ -228,6 +229,7 @@ PyObject *fold_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 /* scope.c */
 PyObject *make_factory(PyObject *module, PyObject *args);
 PyObject *hot_enter_scope(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *hot_open_scope(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *hot_exit_scope(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 
 /* ---- small helpers, inlined where used ---- */

@@ -25,6 +25,7 @@ PyObject *g_exit_out_of_order;   /* _scope._exit_out_of_order(scope, top, error)
 PyObject *g_exit_entry_ooo;      /* _scope._exit_entry_out_of_order(entry, rec, error) */
 PyObject *g_inert;               /* _scope._INERT: the token of a scope that recorded nothing */
 PyObject *g_enter_scope_py;      /* _scope.enter_scope in Python: every unusual case */
+PyObject *g_open_scope_py;       /* _scope.open_scope in Python: every unusual case */
 PyObject *g_exit_scope_py;       /* _scope.exit_scope in Python: every unusual case */
 
 PyObject *s_recorder, *s_compiling, *s_perf_counter_ns, *s_kind, *s_open_root, *s_open_gpu,
@@ -117,12 +118,49 @@ static PyObject *init_recorder(PyObject *module, PyObject *args, PyObject *kwarg
     Py_RETURN_NONE;
 }
 
+/* torch.compiler.is_compiling()'s flag, read in C (init_torch_compiling / torch_compiling):
+ * the module globals holding it, its name, and is_compiling itself for when it is gone. */
+static PyObject *g_torch_compiler_globals, *g_torch_flag_name, *g_torch_is_compiling;
+static GlobalCache g_torch_flag_cache;
+
+/* init_torch_compiling(compiler_globals, flag_name, is_compiling). */
+static PyObject *init_torch_compiling(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyDict_Check(args[0]) || !PyUnicode_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "init_torch_compiling(compiler_globals: dict, flag_name: str, is_compiling)");
+        return NULL;
+    }
+    set_global(&g_torch_compiler_globals, args[0]);
+    global_cache_watch(args[0]);
+    set_global(&g_torch_flag_name, args[1]);
+    set_global(&g_torch_is_compiling, args[2]);
+    Py_RETURN_NONE;
+}
+
+/* torch_compiling(): what torch.compiler.is_compiling() answers when it runs as Python
+ * (outside TorchScript, where is_scripting() is False: the flag), without its two Python
+ * calls; torch.compile's tracing calls a substitute instead (brickscope._scope._compile). */
+static PyObject *torch_compiling(PyObject *module, PyObject *unused) {
+    if (g_torch_compiler_globals == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "torch_compiling: init_torch_compiling was not called");
+        return NULL;
+    }
+    PyObject *flag = global_get(&g_torch_flag_cache, g_torch_compiler_globals, g_torch_flag_name);
+    if (flag == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        return PyObject_CallNoArgs(g_torch_is_compiling); /* the flag is gone: ask torch */
+    }
+    int set = PyObject_IsTrue(flag);
+    if (set < 0) return NULL;
+    return PyBool_FromLong(set);
+}
+
 /* init_scopes(*, ...): the scope side (brickscope._scope). */
 static PyObject *init_scopes(PyObject *module, PyObject *args, PyObject *kwargs) {
     static const char *const names[] = {"state_globals", "enter_failed", "exit_failed", "exit_out_of_order",
-                                        "exit_entry_out_of_order", "inert", "enter_scope", "exit_scope"};
-    PyObject *v[8];
-    if (take_fields("init_scopes", args, kwargs, names, 8, v) < 0) return NULL;
+                                        "exit_entry_out_of_order", "inert", "enter_scope", "exit_scope",
+                                        "open_scope"};
+    PyObject *v[9];
+    if (take_fields("init_scopes", args, kwargs, names, 9, v) < 0) return NULL;
     if (!PyDict_Check(v[0]) || !Record_Check(v[5])) {
         PyErr_SetString(PyExc_TypeError, "init_scopes: state_globals must be a dict, inert a Record");
         return NULL;
@@ -130,6 +168,7 @@ static PyObject *init_scopes(PyObject *module, PyObject *args, PyObject *kwargs)
     set_global(&g_inert, v[5]);
     set_global(&g_enter_scope_py, v[6]);
     set_global(&g_exit_scope_py, v[7]);
+    set_global(&g_open_scope_py, v[8]);
     set_global(&g_state_dict, v[0]);
     global_cache_watch(v[0]);
     set_global(&g_enter_failed, v[1]);
@@ -150,13 +189,21 @@ static PyMethodDef module_methods[] = {
      "release_context, repair_stack, describe): what Recorder.open/close call (brickscope.sdk.trace._recorder)."},
     {"init_scopes", (PyCFunction)(void (*)(void))init_scopes, METH_VARARGS | METH_KEYWORDS,
      "init_scopes(*, state_globals, enter_failed, exit_failed, exit_out_of_order, exit_entry_out_of_order, inert, "
-     "enter_scope, exit_scope) (brickscope._scope)."},
+     "enter_scope, exit_scope, open_scope) (brickscope._scope)."},
     {"fold_sums", (PyCFunction)(void (*)(void))fold_sums, METH_FASTCALL,
      "fold_sums(spans, attributes, keys, sums, values) -> bool: CategoryAggregator.fold_batch's sums per "
      "(brick, category) in C; False: nothing changed, the Python loop folds the batch."},
     {"enter_scope", (PyCFunction)(void (*)(void))hot_enter_scope, METH_FASTCALL | METH_KEYWORDS,
      "enter_scope(scope)\n--\n\nOpen scope without a with block; returns the token for exit_scope "
      "(see brickscope.enter_scope)."},
+    {"init_torch_compiling", (PyCFunction)(void (*)(void))init_torch_compiling, METH_FASTCALL,
+     "init_torch_compiling(compiler_globals, flag_name, is_compiling) (brickscope.torch)."},
+    {"torch_compiling", (PyCFunction)torch_compiling, METH_NOARGS,
+     "torch_compiling()\n--\n\ntorch.compiler.is_compiling()'s answer outside TorchScript and torch.compile's "
+     "tracing, read from its flag (see brickscope.torch._calls)."},
+    {"open_scope", (PyCFunction)(void (*)(void))hot_open_scope, METH_FASTCALL | METH_KEYWORDS,
+     "open_scope(scope)\n--\n\nenter_scope for a caller that has just found torch.compiler.is_compiling() "
+     "false (see brickscope._scope.open_scope)."},
     {"exit_scope", (PyCFunction)(void (*)(void))hot_exit_scope, METH_FASTCALL | METH_KEYWORDS,
      "exit_scope(token, error=None)\n--\n\nClose the scope token was returned for (see brickscope.exit_scope)."},
     {NULL}};

@@ -7,14 +7,23 @@
 #include "hotpath.h"
 
 
-static int active_recorder(PyObject **out) {
+/* The recorder to record into (new reference), or *out NULL: brickscope off, or (when
+ * check_compiling) torch.compile tracing. */
+static int active_recorder_of(PyObject **out, int check_compiling) {
     *out = NULL;
     PyObject *recorder = global_get(&g_recorder_cache, g_state_dict, s_recorder);
     if (recorder == NULL) return PyErr_Occurred() ? -1 : 0;
     if (recorder == Py_None) return 0;
-    PyObject *compiling = global_get(&g_compiling_cache, g_state_dict, s_compiling);
-    if (compiling == NULL && PyErr_Occurred()) return -1;
     Py_INCREF(recorder);
+    if (!check_compiling) {
+        *out = recorder;
+        return 0;
+    }
+    PyObject *compiling = global_get(&g_compiling_cache, g_state_dict, s_compiling);
+    if (compiling == NULL && PyErr_Occurred()) {
+        Py_DECREF(recorder);
+        return -1;
+    }
     if (compiling != NULL && compiling != Py_None) {
         PyObject *res = PyObject_CallNoArgs(compiling);
         int tracing = res == NULL ? -1 : PyObject_IsTrue(res);
@@ -27,6 +36,8 @@ static int active_recorder(PyObject **out) {
     *out = recorder;
     return 0;
 }
+
+static int active_recorder(PyObject **out) { return active_recorder_of(out, 1); }
 
 static int is_tracing(void) {
     PyObject *compiling = global_get(&g_compiling_cache, g_state_dict, s_compiling);
@@ -558,20 +569,20 @@ PyObject *make_factory(PyObject *module, PyObject *args) {
 /* ---- enter_scope / exit_scope: tokens (the torch instrumentation's path) ---------------- */
 
 /* _scope.enter_scope's common case in C; anything else is the Python function's. */
-PyObject *hot_enter_scope(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *enter_token(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, int check_compiling) {
     if (g_inert == NULL || nargs != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)))
-        return PyObject_Vectorcall(g_enter_scope_py, args, nargs, kwnames);
+        return PyObject_Vectorcall(check_compiling ? g_enter_scope_py : g_open_scope_py, args, nargs, kwnames);
     PyObject *scope = args[0];
     if (Py_TYPE(scope) == &EntryType && ((EntryObject *)scope)->scope != NULL) scope = ((EntryObject *)scope)->scope;
     PyObject *recorder;
-    if (active_recorder(&recorder) < 0) return NULL;
+    if (active_recorder_of(&recorder, check_compiling) < 0) return NULL;
     if (recorder == NULL) {
         Py_INCREF(g_inert);
         return g_inert;
     }
     if (!has_base(scope, &ScopeBaseType)) { /* misuse: the Python function says so */
         Py_DECREF(recorder);
-        return PyObject_Vectorcall(g_enter_scope_py, args, nargs, kwnames);
+        return PyObject_Vectorcall(check_compiling ? g_enter_scope_py : g_open_scope_py, args, nargs, kwnames);
     }
     PyObject *rec = open_record(recorder, scope, Py_None);
     Py_DECREF(recorder);
@@ -581,6 +592,16 @@ PyObject *hot_enter_scope(PyObject *module, PyObject *const *args, Py_ssize_t na
         return g_inert;
     }
     return rec;
+}
+
+PyObject *hot_enter_scope(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    return enter_token(args, nargs, kwnames, 1);
+}
+
+/* _scope.open_scope: enter_scope for a caller that has just asked torch.compiler.is_compiling()
+ * itself (brickscope.torch's module call), which is not asked again. */
+PyObject *hot_open_scope(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    return enter_token(args, nargs, kwnames, 0);
 }
 
 /* _scope.exit_scope's common case in C (an open token); anything else is the Python function's. */

@@ -531,6 +531,12 @@ static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyOb
                                  attributes, empty, empty, resource, m->status};
     for (int i = 0; i < F_COUNT; i++)
         if (PyObject_GenericSetAttr(span, PyTuple_GET_ITEM(m->fields, i), values[i]) < 0) goto done;
+    /* Left to reference counting, as the SpanContext: an ended span is read-only, and what it
+     * holds (strings, ints, bools, the SpanContexts, a dict of attribute values, empty tuples)
+     * or shares with every span (the kind, scope, resource and status) cannot refer back to
+     * it. The cyclic GC would only walk it: each span kept in a batch queue until its export
+     * counted towards the next collection and was moved to an older generation. */
+    PyObject_GC_UnTrack(span);
     PyObject *parent_id = g_zero; /* borrowed, or a new reference in held_parent_id */
     PyObject *held_parent_id = NULL;
     if (parent_context != Py_None) {

@@ -7,7 +7,7 @@ One module per concern:
 - ``_entry``: the Python twin of the C entry type (one use of a shared scope object);
 - ``_factories``: ``brick``/``kernel``/``layer``/``step``, rebound to C at import;
 - ``_compile``: torch.compile stand-ins for the C factories and tokens;
-- ``_tokens``: ``enter_scope``/``exit_scope``, ``start_brick``/``end_brick``, rebound to C at import;
+- ``_tokens``: ``enter_scope``/``exit_scope`` (and ``open_scope``, brickscope.torch's), ``start_brick``/``end_brick``, rebound to C at import;
 - ``_additions``: ``record_gpu``, ``tile``, ``event``, ``sync``.
 
 Example::
@@ -28,7 +28,15 @@ from brickscope._scope._additions import Tile, event, record_gpu, sync, tile
 from brickscope._scope._compile import register_compile_substitutes
 from brickscope._scope._factories import brick, kernel, layer, step
 from brickscope._scope._scopes import Brick, Kernel, Layer, Scope, Step
-from brickscope._scope._tokens import BrickHandle, ScopeToken, end_brick, enter_scope, exit_scope, start_brick
+from brickscope._scope._tokens import (
+    BrickHandle,
+    ScopeToken,
+    end_brick,
+    enter_scope,
+    exit_scope,
+    open_scope,
+    start_brick,
+)
 
 __all__ = [
     "Brick",
@@ -46,6 +54,7 @@ __all__ = [
     "exit_scope",
     "kernel",
     "layer",
+    "open_scope",
     "record_gpu",
     "register_compile_substitutes",
     "start_brick",

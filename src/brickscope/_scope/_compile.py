@@ -45,12 +45,18 @@ def register_compile_substitutes(torch: Any) -> None:
     for factory in (_factories.brick, _factories.kernel, _factories.layer, _factories.step):
         substitute(factory, skip_signature_check=True)(_in_graph)
     substitute(_tokens.enter_scope, skip_signature_check=True)(_enter_in_graph)
+    substitute(_tokens.open_scope, skip_signature_check=True)(_enter_in_graph)
     substitute(_tokens.exit_scope, skip_signature_check=True)(_exit_in_graph)
+    substitute(_hot.torch_compiling, skip_signature_check=True)(_compiling_in_graph)
     _substitutes_registered = True
 
 
 def _enter_in_graph(scope: Any) -> Record:
     return _tokens._INERT  # what enter_scope gives while torch.compile traces
+
+
+def _compiling_in_graph() -> bool:
+    return True  # what torch.compiler.is_compiling() folds to while torch.compile traces
 
 
 def _exit_in_graph(token: Any, error: BaseException | None = None) -> None:

@@ -44,10 +44,18 @@ def enter_scope(scope: Scope) -> ScopeToken:
 
     .. versionadded:: 0.2.0
     """
+    if _tracing():
+        return _INERT
+    return open_scope(scope)
+
+
+def open_scope(scope: Scope) -> ScopeToken:
+    """:func:`enter_scope` for a caller that has just asked ``torch.compiler.is_compiling()``
+    itself and found it false (brickscope.torch's module call): not asked a second time."""
     if type(scope) is _Entry:
         scope = scope._scope
     recorder = _state.recorder
-    if recorder is None or _tracing():
+    if recorder is None:
         return _INERT
     if not isinstance(scope, _Scope):
         _misuse("enter_scope_type", "brickscope: enter_scope() expects a brick, kernel, layer or step scope, got %r", scope)
@@ -123,8 +131,9 @@ if _hot is not None:
     _hot.init_scopes(
         state_globals=vars(_state), enter_failed=_enter_failed, exit_failed=_exit_failed,
         exit_out_of_order=_exit_out_of_order, exit_entry_out_of_order=_exit_entry_out_of_order,
-        inert=_INERT, enter_scope=enter_scope, exit_scope=exit_scope,
+        inert=_INERT, enter_scope=enter_scope, exit_scope=exit_scope, open_scope=open_scope,
     )  # fmt: skip
     # Tokens in C too (brickscope.torch's module calls); misuse and the rest: the Python above.
     enter_scope = _hot.enter_scope
+    open_scope = _hot.open_scope
     exit_scope = _hot.exit_scope

@@ -35,12 +35,35 @@ import torch
 from torch import nn
 
 from brickscope import _state
-from brickscope._scope import Brick, Layer, enter_scope, exit_scope
+from brickscope._record import hotpath
+from brickscope._scope import Brick, Layer, exit_scope, open_scope
 from brickscope.torch import _losses
 from brickscope.torch._plan import Mapped
 from brickscope.trace.attributes import GPU_TIMING_SKIPPED, TORCH_MODULE_PATH
 
-_is_compiling = torch.compiler.is_compiling
+_COMPILING_FLAG = "_is_compiling_flag"  # the module global torch.compiler.is_compiling returns
+
+
+def compiling_probe(is_compiling: Callable[[], bool]) -> Callable[[], bool]:
+    """``is_compiling`` (``torch.compiler.is_compiling``), or its C twin where the accelerator is
+    built and ``is_compiling`` is a function returning its module's ``_is_compiling_flag``.
+
+    The twin (``brickscope._hotpath.torch_compiling``) reads that flag, which is the answer of
+    ``is_compiling()`` whenever it runs as Python (its other branch is TorchScript's), without
+    its two Python calls (about 1,100 instructions, once a module call); torch.compile's
+    tracing calls a substitute that answers True, as it folds ``is_compiling()`` itself
+    (``brickscope._scope._compile``)."""
+    code = getattr(is_compiling, "__code__", None)
+    scope = getattr(is_compiling, "__globals__", None)
+    if hotpath is None or code is None or _COMPILING_FLAG not in code.co_names:
+        return is_compiling
+    if not isinstance(scope, dict) or _COMPILING_FLAG not in scope:
+        return is_compiling
+    hotpath.init_torch_compiling(scope, _COMPILING_FLAG, is_compiling)
+    return hotpath.torch_compiling  # type: ignore[no-any-return]
+
+
+_is_compiling = compiling_probe(torch.compiler.is_compiling)
 _Tensor = torch.Tensor
 _SCOPES_PER_MODULE = 64  # distinct (shape, dtype, stream) scopes cached per module; beyond: built per call
 _CUDA_GRAPH_CAPTURE = "cuda_graph_capture"
@@ -190,10 +213,11 @@ def wrap_forward(
 
         def call(*args: Any, **kwargs: Any) -> Any:
             # is_compiling() first: while torch.compile traces, the call goes straight
-            # through and the branch folds away (no graph break, nothing recorded).
+            # through and the branch folds away (no graph break, nothing recorded); asked
+            # once a call (open_scope does not ask again).
             if _is_compiling() or _state.recorder is None:
                 return forward(*args, **kwargs)
-            token = enter_scope(choose(args))
+            token = open_scope(choose(args))
             try:
                 result = timed(*args, **kwargs)
             except BaseException as exc:  # KeyboardInterrupt too: close exactly what we opened
@@ -208,7 +232,7 @@ def wrap_forward(
         def call(*args: Any, **kwargs: Any) -> Any:
             if _is_compiling() or _state.recorder is None:
                 return forward(*args, **kwargs)
-            token = enter_scope(choose(args))
+            token = open_scope(choose(args))
             push_range(range_attributes)
             try:
                 result = timed(*args, **kwargs)
