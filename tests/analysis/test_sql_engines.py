@@ -226,3 +226,34 @@ def test_shared_span_ids_are_refused(tmp_path, engine_cases):
     path = engine_cases.write_parquet(engine_cases.generate(1), tmp_path / "t.parquet")
     with pytest.raises(AnalysisError, match=r"span ids are held by more than one span \(a file given twice\?\)"):
         _sql_report(path, path)
+
+
+def test_critical_paths_of_nested_steps(tmp_path, engine_cases):
+    """A step inside another step (under a span of no brickscope kind) is left to it: the
+    slowest steps and their trees are the in-memory engine's."""
+    from brickscope.testing import make_span
+    from brickscope.trace import attributes as A
+
+    spans = engine_cases.generate(2, steps=2, ranks=1)
+    resource = spans[0].resource
+    t = engine_cases.T0 + 10**12  # after the generated steps
+    us = engine_cases.US
+
+    def add(span_id, name, start, end, parent, kind=None, **attributes):
+        if kind:
+            attributes[A.SCOPE_KIND] = kind
+        attributes.setdefault(A.CLOCK, "host")
+        spans.append(make_span(span_id, name, t + start * us, t + end * us, parent, attributes=attributes,
+                               resource=resource))  # fmt: skip
+
+    add(11, "outer", 0, 900, None, "step", **{A.STEP_NUMBER: 7})
+    add(12, "request", 10, 800, 11)
+    add(13, "inner", 20, 700, 12, "step", **{A.STEP_NUMBER: 8})
+    add(14, "matmul", 30, 600, 13, "brick", **{A.STEP_NUMBER: 8})
+    add(21, "request", 1000, 1100, None)
+    add(22, "wrapped", 1010, 1090, 21, "step", **{A.STEP_NUMBER: 9})
+    add(23, "norm", 1020, 1080, 22, "brick", **{A.STEP_NUMBER: 9})
+    path = engine_cases.write_parquet(spans, tmp_path / "trace.parquet")
+    expected = to_json(analyse(load(path), top=4))
+    assert sorted(p["step"] for p in expected["critical_paths"]) == [0, 1, 7, 9]  # not 8, inside 7
+    assert _sql_report(path, top=4)["critical_paths"] == expected["critical_paths"]

@@ -5,7 +5,9 @@ through SQL (``pip install 'brickscope[duckdb]'``).
 DuckDB reads the files, leaves out the impossible spans (counted by reason and file, as the
 readers count them) and computes every column of the table in SQL (:mod:`._sql`): codes,
 self time less the overhead spans, bytes from shape and dtype. It runs out of core (a
-``memory_limit`` and a ``temp_directory`` it spills to, every core), and the code lists are
+``memory_limit`` and a ``temp_directory`` it spills to, every core; the spans table is kept
+in a database file there, compressed column by column, so scans read a few bytes a span
+where an in-memory table would spill eight a column), and the code lists are
 made by the in-memory engine's own builder from the first span of each key, so the table is
 the one the in-memory engine builds from the same spans, row for row, and every figure of
 the report is its figure.
@@ -213,7 +215,10 @@ def _session(
         raise AnalysisError(f"{temp_directory}: not a directory (the DuckDB engine's temporary directory)")
     with tempfile.TemporaryDirectory(prefix="brickscope-duckdb-", dir=temp_directory) as spill:
         try:
+            # a database file, not memory: its tables are compressed (codes and small counts to
+            # a few bits a row), an in-memory table spills every column uncompressed
             con = duckdb.connect(
+                os.path.join(spill, "spans.duckdb"),
                 config={
                     "memory_limit": memory_limit,
                     "temp_directory": spill,
@@ -342,8 +347,8 @@ class _Session:
         )  # fmt: skip
 
     def _materialize(self, name: str, sql: str) -> None:
-        """The temporary table ``name`` holding the rows of ``sql``."""
-        self._run(f"CREATE TEMP TABLE {name} AS {sql}")
+        """The table ``name`` holding the rows of ``sql``, in the session's database file."""
+        self._run(f"CREATE TABLE {name} AS {sql}")
 
     def _fetch(self, sql: str) -> dict[str, Any]:
         """The rows of ``sql`` as one numpy array per column."""

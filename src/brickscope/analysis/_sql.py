@@ -70,15 +70,12 @@ class Dialect:
         json_has: a format string ``{column}``/``{key}``: whether a JSON object column has the member ``key``.
         list_product: a format string ``{column}`` of the product of a list of integers
             (1 for an empty list).
-        recursive_union: how a recursive query adds its next rows: ``UNION`` (duplicates
-            dropped, so a cycle of parent ids ends) where the engine has it, else ``UNION ALL``.
     """
 
     name: str
     null_safe_equal: str
     json_has: str
     list_product: str
-    recursive_union: str = "UNION"
 
     def equal(self, a: str, b: str) -> str:
         return self.null_safe_equal.format(a=a, b=b)
@@ -104,9 +101,6 @@ SPARK = Dialect(
     null_safe_equal="{a} <=> {b}",
     json_has="variant_get(try_parse_json({column}), '$[\"{key}\"]') IS NOT NULL",
     list_product="aggregate({column}, CAST(1 AS BIGINT), (acc, x) -> acc * x)",
-    # Spark 4 has no UNION in recursive queries: a cycle of parent ids stops at
-    # spark.sql.cteRecursionLevelLimit (100 levels), refused in one line
-    recursive_union="UNION ALL",
 )
 
 _TILE_NS = tuple(f"tile_{level}_ns" for level in A.TILE_LEVELS)

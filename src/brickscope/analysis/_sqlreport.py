@@ -518,33 +518,53 @@ class SqlAnalysis:
 
     def _critical_paths(self, top: int) -> tuple[Any, ...]:
         """The slowest ``top`` steps not nested in another step, with every span under them, pulled
-        into memory; a trace without steps is pulled whole (its graph is one per rank)."""
+        into memory; a trace without steps is pulled whole (its graph is one per rank).
+
+        Both walks of the tree go a level a query: the level's few span ids are uploaded and
+        joined against the spans, so each query scans the table once and holds only the level
+        (a recursive query would hash the whole table at every level, past the memory limit on
+        large traces). A cycle of parent ids ends the walk: a span already reached is not
+        visited again."""
         if not self._one(f"SELECT count(*) FROM bs_sel WHERE kind = {KIND_STEP}"):
             return critical_paths(self.s.pull("true"), slowest=top)
-        union = self.s.dialect.recursive_union
-        # the few top steps are held as a table: the descent below starts from rows, not a query
-        top_steps = self.s.query(f"""
-            WITH RECURSIVE up(ord, ancestor) AS (
-                SELECT ord, parent_id FROM bs_sel WHERE kind = {KIND_STEP}
-                {union}
-                SELECT up.ord, p.parent_id FROM up JOIN bs_sel p ON p.span_id = up.ancestor
-                WHERE up.ancestor <> 0 AND p.kind <> {KIND_STEP}
-            ),
-            nested AS (SELECT DISTINCT up.ord FROM up JOIN bs_sel p ON p.span_id = up.ancestor
-                WHERE up.ancestor <> 0 AND p.kind = {KIND_STEP})
+        nested = self._nested_steps()
+        self.s.upload("bs_nested", "ord BIGINT", [(o,) for o in sorted(nested)])
+        level = self.s.query(f"""
             SELECT s.ord, s.span_id FROM bs_sel s WHERE s.kind = {KIND_STEP}
-                AND NOT EXISTS (SELECT 1 FROM nested n WHERE n.ord = s.ord)
+                AND NOT EXISTS (SELECT 1 FROM bs_nested n WHERE n.ord = s.ord)
             ORDER BY s.start - s."end", s.ord LIMIT {int(top)}""")
-        self.s.upload("bs_top_steps", "ord BIGINT, span_id BIGINT", top_steps)
-        return critical_paths(
-            self.s.pull(f"""ord IN (
-                WITH RECURSIVE down(ord, span_id) AS (
-                    SELECT ord, span_id FROM bs_top_steps
-                    {union}
-                    SELECT c.ord, c.span_id FROM bs_sel c JOIN down d ON c.parent_id = d.span_id WHERE c.parent_id <> 0
-                ) SELECT ord FROM down)"""),
-            slowest=top,
-        )
+        under = {o for o, _ in level}
+        while level:
+            self.s.upload("bs_level", "span_id BIGINT", sorted({(span_id,) for _, span_id in level}))
+            level = [
+                (o, span_id)
+                for o, span_id in self.s.query(
+                    "SELECT c.ord, c.span_id FROM bs_sel c JOIN bs_level l ON c.parent_id = l.span_id"
+                    " WHERE c.parent_id <> 0"
+                )
+                if o not in under
+            ]
+            under.update(o for o, _ in level)
+        self.s.upload("bs_under", "ord BIGINT", [(o,) for o in sorted(under)])
+        return critical_paths(self.s.pull("ord IN (SELECT ord FROM bs_under)"), slowest=top)
+
+    def _nested_steps(self) -> set[int]:
+        """The order keys of the steps with a step among their ancestors, a level of ancestors a query."""
+        level = self.s.query(f"SELECT ord, parent_id FROM bs_sel WHERE kind = {KIND_STEP} AND parent_id <> 0")
+        seen, nested = set(level), set()
+        while level:
+            self.s.upload("bs_level", "ord BIGINT, ancestor BIGINT", sorted(set(level)))
+            parents = self.s.query(
+                "SELECT l.ord, p.kind, p.parent_id FROM bs_level l JOIN bs_sel p ON p.span_id = l.ancestor"
+            )
+            nested.update(o for o, kind, _ in parents if kind == KIND_STEP)
+            level = [
+                (o, parent)
+                for o, kind, parent in parents
+                if kind != KIND_STEP and parent != 0 and (o, parent) not in seen
+            ]
+            seen.update(level)
+        return nested
 
     def _stalls(self, rule: dict[int, tuple[int, float]], top: int) -> tuple[Stall, ...]:
         """The ``top`` stalls that cost most over their median, a stall inside a stalled span left
