@@ -86,6 +86,29 @@ class TestCriticalPathAndSlack:
         assert not graph.parallel  # one lane throughout
         assert all(n.slack_ns == 0 for n in graph.nodes())
 
+    @pytest.mark.parametrize("loop", ["above the step", "through the step"])
+    def test_a_loop_of_parent_ids_ends_the_walk(self, backend, loop):
+        """Impossible input: A's parent is B and B's is A above the step, or the step's parent
+        is its own child A. Each row is walked once: one graph, the step holding k (and A when A
+        is its child); before, the first case never returned and the second drew no step."""
+        attributes = gpu("brick", 7, 0)
+        step_parent = 2
+        spans = [
+            make_span(1, "step", T0, T0 + 100 * US, step_parent, attributes=gpu("step", None, 0), resource=RESOURCE),
+            make_span(4, "k", T0, T0 + 50 * US, 1, attributes=attributes, resource=RESOURCE),
+        ]
+        if loop == "above the step":
+            spans += [
+                make_span(2, "A", T0, T0 + 100 * US, 3, attributes=attributes, resource=RESOURCE),
+                make_span(3, "B", T0, T0 + 100 * US, 2, attributes=attributes, resource=RESOURCE),
+            ]
+        else:
+            spans.append(make_span(2, "A", T0, T0 + 100 * US, 1, attributes=attributes, resource=RESOURCE))
+        (graph,) = step_graphs(table_of(spans, backend))
+        assert graph.step == 0
+        expected = ["k"] if loop == "above the step" else ["A", "k"]
+        assert sorted(child.name for child in graph.root.children) == expected
+
     def test_one_stream_is_sequential_so_everything_on_it_is_critical(self, backend):
         """Three bricks on one stream with gaps: all critical, path = their sum, gaps = the rest."""
         spans = [make_span(1, "step", T0, T0 + 50 * US, attributes=gpu("step", None, 0), resource=RESOURCE)]

@@ -187,12 +187,7 @@ def _fetch_node_columns(table: Table, col: dict[str, list[Any]], children: list[
     most rows, else only those rows (the rest None), so a report's few slowest steps of a
     large trace do not turn every column of every span into Python objects."""
     rows = len(col["kind"])
-    wanted: list[int] = []
-    stack = list(tops)
-    while stack:
-        r = stack.pop()
-        wanted.append(r)
-        stack.extend(children[r])
+    wanted = [r for top in tops for r in _tree_children(children, top)]
     be = table.backend
     for name in _NODE_COLUMNS:
         if 4 * len(wanted) >= rows:
@@ -205,10 +200,14 @@ def _fetch_node_columns(table: Table, col: dict[str, list[Any]], children: list[
 
 
 def _inside_step(row: int, col: dict[str, list[Any]]) -> bool:
+    """Whether a step is nested in another step. A loop of parent ids (impossible input) ends
+    the walk: a step whose ancestors loop without another step is not nested."""
+    seen = {row}
     parent = col["parent"][row]
-    while parent >= 0:
+    while parent >= 0 and parent not in seen:
         if col["kind"][parent] == KIND_STEP:
             return True
+        seen.add(parent)
         parent = col["parent"][parent]
     return False
 
@@ -217,13 +216,8 @@ def _node(table: Table, col: dict[str, list[Any]], children: list[list[int]], ro
     """Row ``row`` and its descendants as Nodes, times relative to ``origin`` (iterative: no depth limit)."""
     made: dict[int, Node] = {}
     lanes: dict[int, str] = {}
-    stack = [row]
-    order = []
-    while stack:
-        r = stack.pop()
-        order.append(r)
-        stack.extend(children[r])
-    for r in reversed(order):  # children before parents
+    tree = _tree_children(children, row)
+    for r in reversed(tree):  # children before parents
         operation = table.operations[col["op"][r]]
         kind = KINDS[col["kind"][r]]
         name = operation.name
@@ -237,7 +231,7 @@ def _node(table: Table, col: dict[str, list[Any]], children: list[list[int]], ro
         if lane is None:
             lane = lanes[lane_key] = table.stream_label(stream) if stream >= 0 else f"thread {col['thread'][r]}"
         launch = col["launch"][r]
-        kids = [made.pop(c) for c in children[r]]
+        kids = [made.pop(c) for c in tree[r]]
         clock = CLOCKS[col["clock"][r]]
         if stream < 0 and _timeline(clock) == "gpu":
             lane = _earliest_lane(kids) or lane
@@ -266,6 +260,21 @@ def _earliest_lane(children: Sequence[Node]) -> str | None:
     lane of its earliest GPU-timed child, the work it began with. None: no such child."""
     timed = [c for c in children if _timeline(c.clock) == "gpu"]
     return min(timed, key=lambda c: c.start).lane if timed else None
+
+
+def _tree_children(children: list[list[int]], top: int) -> dict[int, list[int]]:
+    """The rows under ``top``, each with its children, in depth-first order (parents first):
+    each row once, so a loop of parent ids (impossible input) cannot make the walk endless."""
+    tree: dict[int, list[int]] = {}
+    seen = {top}
+    stack = [top]
+    while stack:
+        r = stack.pop()
+        fresh = [c for c in children[r] if c not in seen]
+        seen.update(fresh)
+        tree[r] = fresh
+        stack.extend(fresh)
+    return tree
 
 
 def _finish(root: Node, step: int | None, rank: str) -> StepGraph:
