@@ -34,6 +34,18 @@ def write_parquet(spans: Iterable[Any], path: Path, *, row_group_rows: int = 50)
     return path
 
 
+def write_rank_dataset(spans: list[Any], root: Path) -> Path:
+    """A Parquet dataset of one file a rank: the first rank's file in ``root`` itself, each
+    other's in ``root/rank-<rank>/`` (a dataset read recursively, files beside directories)."""
+    ranks = sorted({span.resource.attributes.get("brickscope.rank") for span in spans}, key=str)
+    for index, rank in enumerate(ranks):
+        mine = [span for span in spans if span.resource.attributes.get("brickscope.rank") == rank]
+        where = root / (f"rank-{rank}" if index else "")
+        where.mkdir(parents=True, exist_ok=True)
+        write_parquet(mine, where / f"part-{index}.parquet")
+    return root
+
+
 def _resource(rng: random.Random, index: int, launcher: bool) -> Resource:
     attributes: dict[str, Any] = {
         "service.name": rng.choice(["train", "serve"]),

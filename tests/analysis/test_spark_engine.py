@@ -85,12 +85,7 @@ def test_a_dataset_directory_with_filters(tmp_path, spark, engine_cases):
     """Per-rank files in subdirectories and one beside them: the same files in the same order as
     the in-memory engine reads them, and --step/--rank select the same rows."""
     spans = engine_cases.generate(3, steps=4, ranks=4)
-    ranks = sorted({span.resource.attributes.get("brickscope.rank") for span in spans}, key=str)
-    for index, rank in enumerate(ranks):
-        mine = [span for span in spans if span.resource.attributes.get("brickscope.rank") == rank]
-        where = tmp_path / "job" / (f"rank-{rank}" if index else "")
-        where.mkdir(parents=True, exist_ok=True)
-        engine_cases.write_parquet(mine, where / f"part-{index}.parquet")
+    engine_cases.write_rank_dataset(spans, tmp_path / "job")
     (tmp_path / "job" / "README.txt").write_text("not a span file: left out, as *.parquet only is read")
     memory, job = load(tmp_path / "job"), str(tmp_path / "job")
     options = {"steps": (1, 3), "ranks": [memory.ranks[1], memory.ranks[2]]}

@@ -46,12 +46,7 @@ def test_duckdb_gives_the_in_memory_report(seed, tmp_path, backend, engine_cases
 def test_a_dataset_directory_reads_as_the_in_memory_engine_reads_it(tmp_path, backend, engine_cases):
     """Per-rank files in subdirectories, and one beside them: same files, same order, same report."""
     spans = engine_cases.generate(3, steps=3, ranks=4)
-    ranks = sorted({span.resource.attributes.get("brickscope.rank") for span in spans}, key=str)
-    for index, rank in enumerate(ranks):
-        mine = [span for span in spans if span.resource.attributes.get("brickscope.rank") == rank]
-        where = tmp_path / "job" / (f"rank-{rank}" if index else "")
-        where.mkdir(parents=True, exist_ok=True)
-        engine_cases.write_parquet(mine, where / f"part-{index}.parquet")
+    engine_cases.write_rank_dataset(spans, tmp_path / "job")
     expected = to_json(analyse(load(tmp_path / "job", backend=backend)))
     got = to_json(analyse(_duckdb(tmp_path / "job", backend=backend)))
     assert len(got["sources"]) == 4
