@@ -160,3 +160,30 @@ class TestCompilingAsked:
             names = sorted(s.name for s in captured.spans)
         assert during == 1
         assert len(names) == 2 and "step" in names
+
+
+class TestIsCompilingProbe:
+    """The module call asks ``torch.compiler.is_compiling()`` through a C twin that reads the
+    flag the function returns (a private global of torch.compiler): checked against the
+    function itself, and torch's own function kept where the probe does not recognise it."""
+
+    def test_the_twin_answers_as_torch_does_with_the_flag_either_way(self, monkeypatch):
+        from brickscope._record import hotpath
+        from brickscope.torch import _calls
+
+        if hotpath is None:
+            assert _calls._is_compiling is torch.compiler.is_compiling  # pure Python: torch's own
+            return
+        assert _calls._is_compiling is hotpath.torch_compiling
+        for flag in (False, True, False):
+            monkeypatch.setattr(torch.compiler, "_is_compiling_flag", flag)
+            assert _calls._is_compiling() is torch.compiler.is_compiling() is flag
+
+    def test_a_function_without_the_flag_is_kept(self):
+        from brickscope.torch._calls import compiling_probe
+
+        def is_compiling() -> bool:  # a future torch that asks something else
+            return False
+
+        assert compiling_probe(is_compiling) is is_compiling
+        assert compiling_probe(len) is len  # not a Python function at all
