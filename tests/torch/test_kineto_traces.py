@@ -77,21 +77,25 @@ class TestKeyAverages:
 
     def test_self_time_per_operation_equals_key_averages(self, kineto):
         """Self time per operation is key_averages()'s self CPU time (it counts in µs with ns
-        decimals: within 1 ns an instance). With with_stack, key_averages() gives a few outer Python
-        frames a negative self time, which no self time can be: those are not compared, and
-        brickscope's (clamped at 0, docs/analysis.md) is not negative."""
+        decimals: within 1 ns an instance) for the profiler's operations and annotations. Python
+        frames (with_stack) are stamped by the profiler's Python tracer apart from the operations
+        and can partly overlap them: nested by time, a frame's self time can then differ from the
+        profiler's own tree, now and then, more under load; they are checked not negative
+        (key_averages() itself gives some a negative self time, which no self time can be)."""
         path, counts, self_us = kineto
         report = analysis.analyse(analysis.load(path))
-        mine = collections.Counter()
+        mine: collections.Counter[str] = collections.Counter()
+        categories = {}
         for operation in report.operations:
             mine[operation.name] += operation.self_ns
+            categories[operation.name] = operation.category
         compared = 0
-        for name, count in counts.items():
-            if name != "ProfilerStep*" and self_us[name] >= 0:
-                assert mine[name] == pytest.approx(self_us[name] * 1000, abs=count), name
+        for name in counts:
+            if name != "ProfilerStep*" and categories[name] != "python_function":
+                assert mine[name] == pytest.approx(self_us[name] * 1000, abs=counts[name]), name
                 compared += 1
             assert mine[name] >= 0
-        assert compared >= len(counts) - 5
+        assert compared >= 10  # the model's aten operations, the optimizer's and "forward"
 
     def test_spans_are_bricks_of_the_profiled_thread_inside_their_step(self, kineto):
         """Each operation is a host-clock brick of its Kineto category, inside a step."""
