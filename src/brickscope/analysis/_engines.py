@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -107,12 +108,8 @@ def check_memory(inputs: Sequence[str], command: str, hint: str) -> None:
         AnalysisError: the estimate (spans x :data:`MEMORY_PER_SPAN`) exceeds the available
             memory; the message gives both and ``hint`` (what to do instead).
     """
-    import importlib.util
-
     paths = [os.fspath(path) for path in inputs]
-    if importlib.util.find_spec("pyarrow") is None or not paths or not all(map(is_parquet, paths)):
-        return
-    if any(map(is_uri, paths)):
+    if not local_parquet(paths):
         return
     available = available_memory()
     if available is None:
@@ -135,6 +132,14 @@ def check_memory(inputs: Sequence[str], command: str, hint: str) -> None:
 
 def _size(size: int) -> str:
     return f"{size / 1e9:.1f} GB" if size >= 1e9 else f"{size / 1e6:.1f} MB"
+
+
+def local_parquet(inputs: Sequence[str]) -> bool:
+    """Whether pyarrow can read ``inputs`` here: some inputs, every one local Parquet span files."""
+    paths = [os.fspath(path) for path in inputs]
+    if not paths or importlib.util.find_spec("pyarrow") is None:
+        return False
+    return all(is_parquet(path) and not is_uri(path) for path in paths)
 
 
 def available_memory() -> int | None:

@@ -130,6 +130,8 @@ def step_numbers(paths: list[str], steps: StepRange) -> tuple[int | None, int | 
     Raises:
         TraceFileError: a file is not a span file this brickscope reads (one line).
     """
+    import pyarrow.compute as pc
+
     low = high = None
     found = False
     for path in paths:
@@ -139,10 +141,10 @@ def step_numbers(paths: list[str], steps: StepRange) -> tuple[int | None, int | 
             for group in range(parquet.metadata.num_row_groups):
                 stats = _step_statistics(parquet.metadata.row_group(group))
                 if stats is None or not stats.has_min_max:  # no statistics, or only nulls: read it
-                    column = parquet.read_row_group(group, columns=["step"]).column("step").drop_null()
-                    if not len(column):
+                    bounds = pc.min_max(parquet.read_row_group(group, columns=["step"]).column("step"))
+                    if not bounds["min"].is_valid:  # only nulls
                         continue
-                    smallest, largest = min(column.to_pylist()), max(column.to_pylist())
+                    smallest, largest = bounds["min"].as_py(), bounds["max"].as_py()
                 else:
                     smallest, largest = stats.min, stats.max
                 low = smallest if low is None else min(low, smallest)

@@ -15,13 +15,12 @@ bad arguments: status 2; nothing on stdout unless the whole tree is ready.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 from typing import Any
 
 from brickscope.analysis import TREE_FORMATS, AnalysisError, render_tree, select, tree_graphs
-from brickscope.analysis._engines import is_parquet, is_uri
+from brickscope.analysis._engines import local_parquet
 from brickscope.analysis._graph import SLACK_FRACTION
 from brickscope.analysis._load import _expand
 from brickscope.cli import EXIT_OK
@@ -84,9 +83,7 @@ def _parquet_steps(inputs: list[str], steps: StepRange | None) -> StepRange | No
         AnalysisError: no row of the Parquet inputs is in ``steps``; the message names the
             steps the files hold, as :func:`brickscope.analysis.tree_graphs` would.
     """
-    if steps is None or importlib.util.find_spec("pyarrow") is None:
-        return None
-    if not all(is_parquet(os.fspath(path)) and not is_uri(os.fspath(path)) for path in inputs):
+    if steps is None or not local_parquet(inputs):
         return None
     from brickscope.analysis._parquet import step_numbers
 
