@@ -133,6 +133,38 @@ class TestPhases:
             "1 slices partly overlap another of their thread: each is placed under the innermost slice that contains it"
         ]
 
+    def test_children_that_overlap_one_another_are_subtracted_once(self, tmp_path):
+        """A frame [0, 100] calls a function [10, 40] whose range [30, 70] outlives it (a
+        record_function entered in __enter__, left in __exit__ [60, 80]): all three are the
+        frame's children, covering [10, 80]: the frame's self time is 100 - 70 = 30 µs (summing
+        the children, 30 + 40 + 20 = 90, would leave 10; torch.profiler's own sum can go below 0)."""
+        path = _write(tmp_path, [
+            {"ph": "X", "name": "frame", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+            {"ph": "X", "name": "__enter__", "pid": 1, "tid": 1, "ts": 10, "dur": 30},
+            {"ph": "X", "name": "range", "pid": 1, "tid": 1, "ts": 30, "dur": 40},
+            {"ph": "X", "name": "__exit__", "pid": 1, "tid": 1, "ts": 60, "dur": 20},
+        ])  # fmt: skip
+        spans, _ = _read(path)
+        named = _by_name(spans)
+        assert {_parent_name(named[n], spans) for n in ("__enter__", "range", "__exit__")} == {"frame"}
+        assert named["frame"].attributes[A.BRICK_SELF_DURATION_NS] == 30_000
+        assert named["range"].attributes[A.BRICK_SELF_DURATION_NS] == 40_000
+
+    def test_a_frame_around_the_profiler_steps_is_not_charged_for_them(self, tmp_path):
+        """The training loop's Python frame [0, 100] holds ProfilerStep#1 [10, 90] (a step, no
+        brick) and, in it, aten::mm [20, 30]: the frame's self time is 100 - 80 = 20 µs, the
+        profiler's own figure, not 90."""
+        path = _write(tmp_path, [
+            {"ph": "X", "cat": "python_function", "name": "train.py(3): main", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 10, "dur": 80},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20, "dur": 10},
+        ])  # fmt: skip
+        spans, _ = _read(path)
+        named = _by_name(spans)
+        assert named["ProfilerStep#1"].attributes[A.SCOPE_KIND] == "step"
+        assert named["train.py(3): main"].attributes[A.BRICK_SELF_DURATION_NS] == 20_000
+        assert named["aten::mm"].attributes[A.BRICK_SELF_DURATION_NS] == 10_000
+
 
 KINETO = {
     "schemaVersion": 1,

@@ -26,7 +26,8 @@ What is read (docs/analysis.md, "Reading Chrome and Kineto traces", is the user'
   innermost slice that does contain it, and is counted (a note of the reading).
   A Kineto slice whose parent has its name and no other child (the dispatcher records some
   operators twice, ``aten::sum`` in ``aten::sum``) is folded into its parent, as
-  ``key_averages()`` folds it.
+  ``key_averages()`` folds it. A brick's self time is its duration less what its children
+  cover, overlapping children (Python frames around ``record_function``) counted once.
 - A GPU slice (``_kineto.classify``) is the child of the host operation that launched it:
   the slice around the launch call (``cuda_runtime``/``cuda_driver``) whose ``args.correlation``
   is the GPU slice's, else where its ``ac2g`` flow starts; it keeps the launch call's interval
@@ -52,7 +53,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -460,24 +461,40 @@ def _nearest(slices: list[_Slice], wanted: list[bool]) -> list[int]:
 
 def _inherit(slices: list[_Slice], into: list[int]) -> None:
     """What a (non-brickscope) slice takes from its ancestors: the step number, a kernel's
-    enclosing brick, and a brick's self time (its duration less the bricks on its clock
-    whose nearest enclosing brick it is)."""
+    enclosing brick, and a brick's self time (its duration less the time covered by the
+    bricks and steps on its clock whose nearest enclosing brick it is: a Python frame of the
+    training loop holds the profiler's steps)."""
     steps = _nearest(slices, [s.role.kind == A.SCOPE_KIND_STEP for s in slices])
     bricks = _nearest(slices, [s.role.kind == A.SCOPE_KIND_BRICK for s in slices])
-    nested = [0] * len(slices)
+    nested: dict[int, list[tuple[int, int]]] = {}
     for i, piece in enumerate(slices):
         if piece.native or into[i] != i:
             continue
         above = bricks[i]
-        if piece.role.kind == A.SCOPE_KIND_BRICK and above >= 0 and slices[above].role.gpu == piece.role.gpu:
-            nested[above] += piece.end - piece.start
+        if piece.role.kind != A.SCOPE_KIND_KERNEL and above >= 0 and slices[above].role.gpu == piece.role.gpu:
+            nested.setdefault(above, []).append((piece.start, piece.end))
         if steps[i] >= 0 and piece.role.kind != A.SCOPE_KIND_STEP:
             piece.attributes[A.STEP_NUMBER] = slices[steps[i]].attributes.get(A.STEP_NUMBER)
         if piece.role.kind == A.SCOPE_KIND_KERNEL and above >= 0:
             piece.attributes[A.BRICK_NAME] = slices[above].name
     for i, piece in enumerate(slices):
         if piece.role.kind == A.SCOPE_KIND_BRICK and not piece.native:
-            piece.attributes[A.BRICK_SELF_DURATION_NS] = max(piece.end - piece.start - nested[i], 0)
+            covered = _covered(nested.get(i, ()), piece.start, piece.end)
+            piece.attributes[A.BRICK_SELF_DURATION_NS] = piece.end - piece.start - covered
+
+
+def _covered(intervals: Iterable[tuple[int, int]], start: int, end: int) -> int:
+    """Nanoseconds of [start, end) covered by the union of ``intervals``. Children that
+    partly overlap one another (torch.profiler's Python frames around the operations they
+    call) are counted once, so a self time is never below zero; where children do not
+    overlap (every properly nested trace) it is the sum of their durations."""
+    covered, reached = 0, start
+    for low, high in sorted(intervals):
+        low, high = max(low, reached), min(high, end)
+        if high > low:
+            covered += high - low
+            reached = high
+    return covered
 
 
 def _id_seed(slices: list[_Slice], base: int, size: int) -> int:
