@@ -53,7 +53,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -74,6 +74,8 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _UINT64_MAX = _SPAN_ID_RANGE = (1 << 64) - 1
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _FLOW_CATEGORY = "ac2g"
+_NO_ARGS: tuple[tuple[str, ...], tuple[Any, ...]] = ((), ())
+_KEYS = "keys"  # marks an interned tuple of arg names apart from a tuple value
 #: The text of nested lists of integers and plain decimals, the same from str() and json.dumps().
 _NUMBER_LISTS = re.compile(r"[\[\]0-9, .-]*")
 #: Slices the span and trace ids are drawn from.
@@ -83,21 +85,47 @@ _KINETO_HOST = frozenset(("cpu_op", "user_annotation", "python_function", "cuda_
 
 
 class _Slice:
-    """One slice while the file is read: times in ns from the file's origin, its track,
-    attributes, and (once nested) its parent's index."""
+    """One slice while the file is read: times in ns from the file's origin, its track, its
+    args as interned keys and values (a big trace repeats its names, keys, shapes and types),
+    and once nested: its parent's index, its process (a GPU slice's is its launcher's), and
+    what it takes from its launch (host start and duration) and its ancestors (step number,
+    enclosing brick, self time). Its attributes are made only when it is emitted
+    (:meth:`_Trace.attributes`): the dicts of a whole file are never held at once."""
 
-    __slots__ = ("name", "category", "start", "end", "track", "attributes", "role", "native", "parent")
+    __slots__ = ("name", "category", "start", "end", "track", "pid", "keys", "values", "role", "native",
+                 "parent", "launch", "step", "brick", "self_ns")  # fmt: skip
 
-    def __init__(self, name: str, category: str, start: int, end: int, track: tuple[Any, Any], args: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        category: str,
+        start: int,
+        end: int,
+        track: tuple[Any, Any],
+        args: tuple[tuple[str, ...], tuple[Any, ...]],
+        role: Role,
+    ) -> None:
         self.name = name
         self.category = category
         self.start = start
         self.end = end
         self.track = track
-        self.attributes = _attributes(args)
-        self.native = A.SCOPE_KIND in self.attributes
-        self.role: Role = classify(category, name)
+        self.pid = track[0]
+        self.keys, self.values = args
+        self.native = A.SCOPE_KIND in self.keys
+        self.role = role
         self.parent = -1
+        self.launch: tuple[int, int] | None = None
+        self.step: int | None = None
+        self.brick: str | None = None
+        self.self_ns: int | None = None
+
+    def arg(self, key: str) -> Any:
+        """The value of arg ``key`` (None: absent)."""
+        try:
+            return self.values[self.keys.index(key)]
+        except ValueError:
+            return None
 
 
 class _Trace:
@@ -114,6 +142,9 @@ class _Trace:
         self.thread_names: dict[tuple[Any, Any], str] = {}
         self.ignored: dict[str, int] = {}
         self.trace_id = 1
+        #: One object for each distinct name, key, string value, list value and track.
+        self.interned: dict[Any, Any] = {}
+        self.roles: dict[tuple[str, str], Role] = {}
 
     def read(self) -> None:
         for index, event in trace_events(self.source, self.header):
@@ -126,7 +157,8 @@ class _Trace:
 
     def _event(self, index: int, event: dict[str, Any]) -> None:
         phase = event.get("ph")
-        track = (self._id(index, event, "pid"), self._id(index, event, "tid"))
+        pid, tid = self._id(index, event, "pid"), self._id(index, event, "tid")
+        track = self.interned.setdefault((type(pid), type(tid), pid, tid), (pid, tid))
         if phase == "X":
             start = self._time(index, event, "ts")
             if "dur" not in event:
@@ -171,12 +203,17 @@ class _Trace:
         if end < start:
             self.source.drop(END_BEFORE_START)
             return
+        intern = self.interned.setdefault
         name, category = _text(event.get("name", "")), _text(event.get("cat", ""))
+        name, category = intern(name, name), intern(category, category)
         brickscope_span = isinstance(args, dict) and A.SCOPE_KIND in args  # its cat is its kind
         if category.lower() in LEFT_OUT and not brickscope_span:
             self._leave_out(f"X (category {category})")
             return
-        self.slices.append(_Slice(name, category, start, end, track, args))
+        role = self.roles.get((category, name))
+        if role is None:
+            role = self.roles[category, name] = classify(category, name)
+        self.slices.append(_Slice(name, category, start, end, track, _interned_args(args, intern), role))
 
     def _metadata(self, event: dict[str, Any], track: tuple[Any, Any]) -> None:
         args = event.get("args")
@@ -213,6 +250,7 @@ class _Trace:
     def records(self, *, with_events: bool) -> Iterator[tuple[_Record, list[Event]]]:
         """Each kept slice as a SpanRecord (and its span events, when asked), in start order."""
         base = self._time_origin()
+        self.interned = {}
         slices = [s for s in self.slices if self._possible(s, base)]
         self.slices = []
         events: list[list[Event]] = [[] for _ in slices] if with_events else []
@@ -223,7 +261,9 @@ class _Trace:
         resources = self._resources(slices)
         ids = _id_seed(slices, base, 8)
         self.trace_id = _id_seed(slices, base, 16)
-        order = sorted(range(len(slices)), key=lambda i: (slices[i].start, -slices[i].end, i))
+        # start order, the longer first, then trace order: two stable sorts on one key each
+        order = sorted(range(len(slices)), key=lambda i: -slices[i].end)
+        order.sort(key=lambda i: slices[i].start)
         if with_events:
             for i in order:
                 if into[i] != i:
@@ -236,7 +276,7 @@ class _Trace:
             record = (
                 piece.name, base + piece.start, base + piece.end, (ids + i) % _SPAN_ID_RANGE + 1,
                 0 if parent < 0 else (ids + parent) % _SPAN_ID_RANGE + 1,
-                resources[piece.track[0]], piece.attributes,
+                resources[piece.pid], self.attributes(piece, base),
             )  # fmt: skip
             yield record, (events[i] if with_events else [])
         if self.ignored:
@@ -262,18 +302,36 @@ class _Trace:
             )
         if base + piece.end > _UINT64_MAX:
             raise self.source.error(f"slice {piece.name!r} ends after 2**64 ns since the Unix epoch")
+        attributes = dict(zip(piece.keys, piece.values))
         if not piece.native:
-            self._describe(piece, base)
-        reason = impossible(base + piece.start, base + piece.end, piece.attributes)
+            self._describe(piece, attributes, base)
+        reason = impossible(base + piece.start, base + piece.end, attributes)
         if reason is None:
             return True
         self.source.drop(reason)
         return False
 
-    def _describe(self, piece: _Slice, base: int) -> None:
-        """The attributes that say what a (non-brickscope) slice is; those that come from its
-        parents and its launch are set later (:meth:`_link`, :func:`_inherit`)."""
-        attributes, role = piece.attributes, piece.role
+    def attributes(self, piece: _Slice, base: int) -> dict[str, Any]:
+        """A slice's span attributes: its args; for a non-brickscope slice, what it is
+        (:meth:`_describe`), then what its launch and its ancestors give it."""
+        attributes = dict(zip(piece.keys, piece.values))
+        if piece.native:
+            return attributes
+        self._describe(piece, attributes, base)
+        if piece.launch is not None:
+            attributes[A.HOST_START_NS], attributes[A.HOST_DURATION_NS] = piece.launch
+        if piece.step is not None:
+            attributes[A.STEP_NUMBER] = piece.step
+        if piece.brick is not None:
+            attributes[A.BRICK_NAME] = piece.brick
+        if piece.self_ns is not None:
+            attributes[A.BRICK_SELF_DURATION_NS] = piece.self_ns
+        return attributes
+
+    def _describe(self, piece: _Slice, attributes: dict[str, Any], base: int) -> None:
+        """Add to ``attributes`` what a (non-brickscope) slice is; what comes from its parents
+        and its launch is found later (:meth:`_link`, :func:`_inherit`)."""
+        role = piece.role
         duration = piece.end - piece.start
         attributes[A.SCOPE_KIND] = role.kind
         if role.kind == A.SCOPE_KIND_STEP:
@@ -355,12 +413,13 @@ class _Trace:
         else its ``ac2g`` flow), in the launching process."""
         calls: dict[int, int] = {}
         for i, piece in enumerate(slices):
-            correlation = piece.attributes.get("correlation")
-            if into[i] == i and type(correlation) is int and piece.category.lower() in LAUNCH_CATEGORIES:
-                calls[correlation] = i
+            if into[i] == i and piece.category.lower() in LAUNCH_CATEGORIES:
+                correlation = piece.arg("correlation")
+                if type(correlation) is int:
+                    calls[correlation] = i
         launches: dict[int, int] = {}
         for i, piece in enumerate(slices):
-            correlation = piece.attributes.get("correlation")
+            correlation = piece.arg("correlation") if piece.role.gpu else None
             if piece.role.gpu and not piece.native and type(correlation) is int and correlation in calls:
                 launches[i] = calls[correlation]
         for start, end in zip(owners[::2], owners[1::2]):
@@ -371,16 +430,15 @@ class _Trace:
         host_pid = next((s.track[0] for s in slices if not s.role.gpu), None)
         for i, piece in enumerate(slices):
             if piece.role.gpu and not piece.native and i not in launches and host_pid is not None:
-                piece.track = (host_pid, piece.track[1])
+                piece.pid = host_pid
         for i, call in launches.items():
             piece, caller = slices[i], slices[call]
             operation = caller.parent if caller.parent >= 0 and caller.category.lower() in LAUNCH_CATEGORIES else call
             if _within(slices, operation, i):
                 continue  # a GPU slice on a host thread around its own launch: left where it is
             piece.parent = operation
-            piece.track = (caller.track[0], piece.track[1])
-            piece.attributes[A.HOST_START_NS] = base + caller.start
-            piece.attributes[A.HOST_DURATION_NS] = caller.end - caller.start
+            piece.pid = caller.pid
+            piece.launch = (base + caller.start, caller.end - caller.start)
 
     def _resources(self, slices: list[_Slice]) -> dict[Any, Resource]:
         """A resource per process id: its name, pid, host name and the job's rank."""
@@ -395,7 +453,7 @@ class _Trace:
                     common[attribute] = info[key]
         resources: dict[Any, Resource] = {}
         for piece in slices:
-            pid = piece.track[0]
+            pid = piece.pid
             if pid not in resources:
                 attributes = dict(common)
                 name = self.process_names.get(pid)
@@ -474,13 +532,13 @@ def _inherit(slices: list[_Slice], into: list[int]) -> None:
         if piece.role.kind != A.SCOPE_KIND_KERNEL and above >= 0 and slices[above].role.gpu == piece.role.gpu:
             nested.setdefault(above, []).append((piece.start, piece.end))
         if steps[i] >= 0 and piece.role.kind != A.SCOPE_KIND_STEP:
-            piece.attributes[A.STEP_NUMBER] = slices[steps[i]].attributes.get(A.STEP_NUMBER)
+            step = slices[steps[i]]
+            piece.step = step.arg(A.STEP_NUMBER) if step.native else step_number(step.name)
         if piece.role.kind == A.SCOPE_KIND_KERNEL and above >= 0:
-            piece.attributes[A.BRICK_NAME] = slices[above].name
+            piece.brick = slices[above].name
     for i, piece in enumerate(slices):
         if piece.role.kind == A.SCOPE_KIND_BRICK and not piece.native:
-            covered = _covered(nested.get(i, ()), piece.start, piece.end)
-            piece.attributes[A.BRICK_SELF_DURATION_NS] = piece.end - piece.start - covered
+            piece.self_ns = piece.end - piece.start - _covered(nested.get(i, ()), piece.start, piece.end)
 
 
 def _covered(intervals: Iterable[tuple[int, int]], start: int, end: int) -> int:
@@ -502,7 +560,7 @@ def _id_seed(slices: list[_Slice], base: int, size: int) -> int:
     trace ids each time it is read (two copies of one trace are told the same by ``merge``)."""
     digest = hashlib.blake2b(f"{base}:{len(slices)}".encode(), digest_size=size)
     for piece in slices[:_SEED_SLICES]:
-        digest.update(f"|{piece.name}:{piece.start}:{piece.end}:{piece.track}".encode())
+        digest.update(f"|{piece.name}:{piece.start}:{piece.end}:{(piece.pid, piece.track[1])}".encode())
     return int.from_bytes(digest.digest(), "big") or 1
 
 
@@ -515,6 +573,30 @@ def _launch_configuration(attributes: dict[str, Any]) -> None:
     shared = attributes.get("shared memory")
     if type(shared) is int and shared >= 0:
         attributes[A.KERNEL_SHARED_MEM_BYTES] = shared
+
+
+def _interned_args(args: Any, intern: Callable[[Any, Any], Any]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """An event's ``args`` as attribute keys and values (:func:`_attributes`), the keys, their
+    tuple and the string and text values interned (``intern``: a dict's ``setdefault``). A
+    tuple value is interned by its item type as well (``(1, 2)`` equals ``(True, 2)``), and
+    only of strings or integers (``(0.0,)`` equals ``(-0.0,)``)."""
+    if not isinstance(args, dict):
+        return _NO_ARGS
+    keys: list[str] = []
+    values: list[Any] = []
+    for key, value in args.items():
+        if value is None:
+            continue
+        value = _value(value)
+        kind = type(value)
+        if kind is str:
+            value = intern(value, value)
+        elif kind is tuple and type(value[0]) in (str, int):
+            value = intern((type(value[0]), value), value)
+        keys.append(intern(key, key))
+        values.append(value)
+    names = tuple(keys)
+    return intern((_KEYS, names), names), tuple(values)
 
 
 def _attributes(args: Any) -> dict[str, Any]:
