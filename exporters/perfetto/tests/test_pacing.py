@@ -6,6 +6,7 @@ collector does not have to walk."""
 from __future__ import annotations
 
 import gc
+import threading
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -41,6 +42,11 @@ def _steps(count: int, bricks: int = 5, first_id: int = 1) -> list:
     return spans
 
 
+def _two_threads() -> int:
+    """Another thread runs beside the exporter's (the application's)."""
+    return 2
+
+
 class _Ticks:
     """A clock that moves ``step`` per reading, and a sleep that records its pauses."""
 
@@ -62,7 +68,7 @@ class TestPacer:
         """Budget 500 on a clock moving 100 per reading: start reads 100; ticks read
         200..500 (spent 100..400: no pause), then 600 (spent 500: pause, restart at 700)."""
         ticks = _Ticks(100)
-        pacer = Pacer(500, 0.25, clock=ticks.clock, sleep=ticks.sleep)
+        pacer = Pacer(500, 0.25, clock=ticks.clock, sleep=ticks.sleep, threads=_two_threads)
         pacer.start()
         for _ in range(4):
             pacer.tick()
@@ -79,11 +85,40 @@ class TestPacer:
     def test_start_resets_the_budget(self):
         """Time spent between two exports (waiting for the next batch) is not work."""
         ticks = _Ticks(100)
-        pacer = Pacer(500, 0.0, clock=ticks.clock, sleep=ticks.sleep)
+        pacer = Pacer(500, 0.0, clock=ticks.clock, sleep=ticks.sleep, threads=_two_threads)
         ticks.now = 10_000  # long after construction
         pacer.start()
         pacer.tick()
         assert pacer.pauses == 0
+
+    def test_no_pause_while_the_exporters_thread_is_the_only_one(self):
+        """An offline command's only thread: the budget is spent at 600 as above, nothing
+        sleeps, and the budget restarts (the next pause point is 500 later); once a second
+        thread exists, the spent budget pauses."""
+        ticks, threads = _Ticks(100), [1]
+        pacer = Pacer(500, 0.25, clock=ticks.clock, sleep=ticks.sleep, threads=lambda: threads[0])
+        pacer.start()
+        for _ in range(10):
+            pacer.tick()
+        assert ticks.slept == [] and pacer.pauses == 0
+        threads[0] = 2
+        for _ in range(5):
+            pacer.tick()
+        assert ticks.slept == [0.25] and pacer.pauses == 1
+
+    def test_the_default_counts_python_threads(self):
+        """With the default thread count a second running thread makes a spent budget pause."""
+        ticks = _Ticks(1000)
+        pacer = Pacer(500, 0.0, clock=ticks.clock, sleep=ticks.sleep)
+        release = threading.Event()
+        other = threading.Thread(target=release.wait)
+        other.start()
+        try:
+            pacer.tick()
+        finally:
+            release.set()
+            other.join()
+        assert pacer.pauses == 1
 
     @pytest.mark.parametrize("budget, pause", [(0, 0.1), (-5, 0.1), (10, -0.1)])
     def test_refuses_a_budget_or_pause_that_cannot_work(self, budget, pause):
@@ -146,7 +181,9 @@ def test_pausing_writes_the_same_bytes(same_ids):
     """A writer that pauses at every unit of work writes byte for byte what one that
     never pauses writes, batch after batch (interning, clocks and lanes carry over)."""
     ticks = _Ticks(1)
-    paced = TraceWriter(max_tracked_slices=200, pace=Pacer(1, 0.0, clock=ticks.clock, sleep=ticks.sleep).tick)
+    paced = TraceWriter(
+        max_tracked_slices=200, pace=Pacer(1, 0.0, clock=ticks.clock, sleep=ticks.sleep, threads=_two_threads).tick
+    )
     plain = TraceWriter(max_tracked_slices=200)
     spans = _steps(40)
     for first in range(0, len(spans), 97):  # batches that cut steps in two

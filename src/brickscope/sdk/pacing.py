@@ -26,10 +26,16 @@ a few microseconds); once ``budget_ns`` have passed since the last pause it
 sleeps ``pause_s``: a real sleep releases the interpreter for long enough that a
 waiting thread takes it (``time.sleep(0)`` may hand it straight back to the
 sleeper). Pausing changes nothing in what is written.
+
+A pause only serves another thread, so none is taken while the exporter's thread is
+the process's only Python thread (``threading.active_count()``): an offline command
+(``brickscope convert``, ``flamegraph``) or a ``SimpleSpanProcessor`` in a program of one
+thread would only sleep. The count is read when the budget is spent, not at each tick.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -40,16 +46,19 @@ PACE_PAUSE_S = 0.00005
 
 
 class Pacer:
-    """Sleeps ``pause_s`` whenever ``budget_ns`` have passed since the last pause (or ``start``).
+    """Sleeps ``pause_s`` whenever ``budget_ns`` have passed since the last pause (or ``start``)
+    and another Python thread could want the interpreter.
 
     Args:
         budget_ns: the longest stretch of work between pauses, in ``clock`` units.
         pause_s: how long each pause sleeps.
         clock: the monotonic clock read at each tick (nanoseconds).
         sleep: what pauses (tests pass a recorder).
+        threads: how many Python threads the process runs (``threading.active_count``); at
+            one, the budget restarts without a pause.
     """
 
-    __slots__ = ("budget_ns", "pause_s", "pauses", "_clock", "_sleep", "_since")
+    __slots__ = ("budget_ns", "pause_s", "pauses", "_clock", "_sleep", "_threads", "_since")
 
     def __init__(
         self,
@@ -58,6 +67,7 @@ class Pacer:
         *,
         clock: Callable[[], int] = time.perf_counter_ns,
         sleep: Callable[[float], object] = time.sleep,
+        threads: Callable[[], int] = threading.active_count,
     ) -> None:
         if budget_ns <= 0 or pause_s < 0:
             raise ValueError(f"budget_ns must be positive and pause_s not negative, got {budget_ns}, {pause_s}")
@@ -66,6 +76,7 @@ class Pacer:
         self.pauses = 0  #: pauses taken so far
         self._clock = clock
         self._sleep = sleep
+        self._threads = threads
         self._since = clock()
 
     def start(self) -> None:
@@ -73,8 +84,9 @@ class Pacer:
         self._since = self._clock()
 
     def tick(self) -> None:
-        """One unit of work done: pause if the budget is spent."""
+        """One unit of work done: pause if the budget is spent and another thread runs."""
         if self._clock() - self._since >= self.budget_ns:
-            self._sleep(self.pause_s)
-            self.pauses += 1
+            if self._threads() > 1:
+                self._sleep(self.pause_s)
+                self.pauses += 1
             self._since = self._clock()
