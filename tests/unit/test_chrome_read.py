@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import tracemalloc
 
 import pytest
 
@@ -443,3 +444,38 @@ class TestBadInput:
         path = _write(tmp_path, '{"traceEvents": []} {"traceEvents": []}')
         with pytest.raises(TraceFileError, match="data after the end of the JSON document"):
             _read(path)
+
+
+class TestMemory:
+    def test_a_kineto_trace_is_held_compactly_until_its_spans_come_out(self, tmp_path):
+        """torch.profiler-like operations (nine args each: unique ids, shapes and types repeated
+        from step to step), read in full: each 1,000 more slices raise the peak of Python
+        objects (tracemalloc; 5,000 against 15,000 slices, so the reader's fixed buffers cancel)
+        by under 900 KB: about 470 bytes a slice on CPython 3.11, where a dict of attributes per
+        slice held from the start took about 2,200."""
+        self._peak(tmp_path, 1_000)  # what a first read imports and caches for good
+        small, big = self._peak(tmp_path, 5_000), self._peak(tmp_path, 15_000)
+        per_slice = (big - small) / 10_000
+        assert 0 < per_slice < 900, f"{per_slice:.0f} bytes a slice"
+
+    @staticmethod
+    def _peak(tmp_path, count: int) -> int:
+        shapes = [[[8, 16], [32, 16], [32]], [[8, 32], [4, 32], [4]], [[8, 32]]]
+        events = [
+            {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 40}", "pid": 7, "tid": 7, "ts": 10 * i, "dur": 5,
+             "args": {"External id": 100_000 + i, "Sequence number": 5_000 + i, "Fwd thread id": 0,
+                      "Record function id": 0, "Concrete Inputs": ["", "", ""],
+                      "Input type": ["float", "float", "float"], "Input Strides": [[16, 1], [16, 1], [1]],
+                      "Input Dims": shapes[i % 3], "Ev Idx": i}}
+            for i in range(count)
+        ]  # fmt: skip
+        path = _write(tmp_path, {"traceEvents": events, "baseTimeNanoseconds": 1_700_000_000_000_000_000}, f"{count}.json")
+        del events
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            with open_records(path) as records:
+                assert sum(1 for _ in records) == count
+            return tracemalloc.get_traced_memory()[1] - before
+        finally:
+            tracemalloc.stop()
