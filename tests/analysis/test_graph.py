@@ -63,6 +63,29 @@ class TestCriticalPathAndSlack:
         assert (graph.path_ns, graph.duration_ns) == (55 * US, 70 * US)
         assert (nodes["X"].slack_ns, nodes["Y"].slack_ns, nodes["Z"].slack_ns) == (20 * US, 0, 0)
 
+    def test_work_that_waited_for_another_stream_continues_the_path_there(self, backend):
+        """A tensor-parallel step [0,100]: stream 1 runs attn [0,40] then ffn [45,80]; stream 2 a
+        prefetch [0,10], then the all-reduce [82,100], which could start only after ffn (it
+        started 72 us after the prefetch ended: ffn, ending at 80, is the latest end before its
+        start). Path: attn 40 + ffn 35 + all-reduce 18 = 93 us of 100 (the all-reduce's own
+        stream alone would give prefetch + all-reduce, 28). Slack: ffn may end by the
+        all-reduce's latest start 82 less the 2 us gap = 80: 0; the prefetch by 82 (its stream
+        runs one thing at a time; the all-reduce did not wait for it): 72."""
+        spans = [make_span(1, "step", T0, T0 + 100 * US, attributes=gpu("step", None, 0), resource=RESOURCE)]
+        for span_id, name, start, end, stream in (
+            (2, "attn", 0, 40, 1), (3, "prefetch", 0, 10, 2), (4, "ffn", 45, 80, 1), (5, "all_reduce", 82, 100, 2)
+        ):  # fmt: skip
+            spans.append(make_span(span_id, name, T0 + start * US, T0 + end * US, 1,
+                                   attributes=gpu("brick", stream, 0), resource=RESOURCE))  # fmt: skip
+        (graph,) = step_graphs(table_of(spans, backend))
+        nodes = by_name(graph)
+        assert [n.name for n in graph.path] == ["attn", "ffn", "all_reduce"]
+        assert (graph.path_ns, graph.gaps_ns) == (93 * US, 7 * US)
+        assert {name: nodes[name].slack_ns for name in ("attn", "prefetch", "ffn", "all_reduce")} == {
+            "attn": 0, "prefetch": 72 * US, "ffn": 0, "all_reduce": 0
+        }  # fmt: skip
+        assert {name for name, n in nodes.items() if n.critical} == {"step 0", "attn", "ffn", "all_reduce"}
+
     def test_layers_run_on_the_stream_of_their_bricks_beside_bricks_of_the_step(self, backend):
         """A GPU-timed step [0,100] holding, on stream 7, embed [0,10], layer 0 [12,50] (q [12,30],
         o [32,50]), layer 1 [52,90] (q [52,70], o [72,90]) and head [92,100]. Layers name no

@@ -8,14 +8,16 @@ table's ``parent`` column. Timing follows three rules (``docs/analysis.md``,
 1. work on one lane is sequential: a lane is a CUDA stream for GPU-timed spans, the
    host thread otherwise (a GPU-timed span without a stream, a layer, takes its earliest
    GPU-timed child's); siblings on one lane run one after the other;
-2. lanes overlap: siblings on different lanes run concurrently;
+2. lanes overlap, but a span waits for the sibling that ended last at or before its
+   start (its lane predecessor, or another lane's work: an all-reduce on a second stream
+   starts after the compute it reduces);
 3. a parent waits for its children: it cannot end before its last child has.
 
-A node's **latest finish** is the latest end that delays neither its parent's end
-nor its lane successor's start (observed gaps kept); its **slack** is latest finish
-minus actual end. The **critical path** of a node is its lane chain ending at the
-child that ends last (the one the parent waited for), each of those expanded
-recursively; its leaves in time order are the path, with the bricks, kernels and
+A node's **latest finish** is the latest end that delays neither its parent's end, nor
+the start of a sibling that waited for it (observed gaps kept), nor its lane successor's
+start; its **slack** is latest finish minus actual end. The **critical path** of a node
+is the chain of waits back from the child that ends last (the one the parent waited
+for), each of those expanded recursively; its leaves in time order are the path, with the bricks, kernels and
 spans of no brickscope kind whose own work (the time their chain of children does not cover) is on it too. Children timed on another clock
 than their parent (a host-timed kernel launch under a GPU-timed brick) are not on
 the parent's timeline: they are drawn in the tree but have no slack and are never
@@ -34,6 +36,7 @@ Example::
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -307,17 +310,35 @@ def on_several_lanes(node: Node) -> bool:
     return len(kids) > 1 and any(k.lane != kids[0].lane for k in kids)
 
 
-def _lanes(children: Sequence[Node]) -> dict[str, list[Node]]:
-    lanes: dict[str, list[Node]] = {}
-    for child in children:  # already in (start, -end, row) order
-        lanes.setdefault(child.lane, []).append(child)
-    return lanes
+def _waits(kids: Sequence[Node]) -> list[int]:
+    """For each child (in order), the sibling it waited for (-1: none): of the siblings
+    before it, the one that ended last at or before its start (its lane predecessor on a
+    tie). A span that starts after its lane predecessor has ended was held back by
+    something; the latest end before its start is what it waited for (another stream's
+    work behind an event wait, the GPU result a host thread synchronised on)."""
+    ends: list[int] = []  # the ends of the children so far, sorted
+    owners: list[int] = []  # the child of each end
+    lane_last: dict[str, int] = {}
+    waited = []
+    for i, kid in enumerate(kids):
+        at = bisect_right(ends, kid.start)
+        found = owners[at - 1] if at else -1
+        previous = lane_last.get(kid.lane)
+        if found >= 0 and previous is not None and kids[previous].end == kids[found].end:
+            found = previous
+        waited.append(found)
+        at = bisect_right(ends, kid.end)
+        ends.insert(at, kid.end)
+        owners.insert(at, i)
+        lane_last[kid.lane] = i
+    return waited
 
 
 def _assign_slack(root: Node) -> None:
     """Latest finish, top down: a child may end as late as its parent's latest finish minus
-    the parent's tail after its last child, and no later than its lane successor's latest
-    start minus the gap observed between them."""
+    the parent's tail after its last child; no later than the latest start, less the gap
+    observed between them, of each sibling that waited for it (:func:`_waits`); and no
+    later than its lane successor's latest start (the lane runs one thing at a time)."""
     stack = [root]
     while stack:
         node = stack.pop()
@@ -327,18 +348,29 @@ def _assign_slack(root: Node) -> None:
         latest_node_end = node.end + (node.slack_ns or 0)
         tail = max(node.end - max(k.end for k in kids), 0)
         bound = latest_node_end - tail
-        for lane in _lanes(kids).values():
-            successor_latest_start = None
-            successor_start = 0
-            for child in reversed(lane):
-                latest = bound
-                if successor_latest_start is not None:
-                    gap = max(successor_start - child.end, 0)
-                    latest = min(latest, successor_latest_start - gap)
-                child.slack_ns = max(latest - child.end, 0)
-                successor_latest_start = latest - child.duration_ns
-                successor_start = child.start
-                stack.append(child)
+        waiters: list[list[int]] = [[] for _ in kids]
+        for waiter, waited in enumerate(_waits(kids)):
+            if waited >= 0:
+                waiters[waited].append(waiter)
+        lane_next = [-1] * len(kids)
+        lane_last: dict[str, int] = {}
+        for i, kid in enumerate(kids):
+            previous = lane_last.get(kid.lane)
+            if previous is not None:
+                lane_next[previous] = i
+            lane_last[kid.lane] = i
+        latest_start = [0] * len(kids)
+        for i in reversed(range(len(kids))):
+            child = kids[i]
+            latest = bound
+            for after in waiters[i]:
+                gap = max(kids[after].start - child.end, 0)
+                latest = min(latest, latest_start[after] - gap)
+            if lane_next[i] >= 0:
+                latest = min(latest, latest_start[lane_next[i]])
+            child.slack_ns = max(latest - child.end, 0)
+            latest_start[i] = latest - child.duration_ns
+            stack.append(child)
 
 
 def _mark_path(root: Node, path: list[Node]) -> None:
@@ -353,8 +385,13 @@ def _mark_path(root: Node, path: list[Node]) -> None:
         return
     # the child the parent waited for: last to end; ties: earliest start, then first in order
     last = max(kids, key=lambda k: (k.end, -k.start))
-    lane = _lanes(kids)[last.lane]
-    chain = lane[: lane.index(last) + 1]
+    waited = _waits(kids)
+    chain: list[Node] = []
+    at = kids.index(last)
+    while at >= 0:  # back through what each waited for
+        chain.append(kids[at])
+        at = waited[at]
+    chain.reverse()
     if root.kind in ("brick", "kernel", "other"):  # a step's or layer's uncovered time is a gap
         root.path_ns = max(root.duration_ns - _covered(chain, root.start, root.end), 0)
         if root.path_ns:
