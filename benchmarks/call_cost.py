@@ -61,6 +61,16 @@ def marker() -> None:
     os.getppid()
 
 
+def load_example() -> Any:
+    """examples/torch_gpt.py as a module (its GPT model and its batches)."""
+    path = Path(__file__).resolve().parents[1] / "examples" / "torch_gpt.py"
+    spec = importlib.util.spec_from_file_location("torch_gpt", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example
+
+
 def workload(warmup: int) -> tuple[Any, int]:
     """(run(model name, passes), instrumented module calls a pass), set up and warmed up."""
     import torch
@@ -76,11 +86,7 @@ def workload(warmup: int) -> tuple[Any, int]:
         def export(self, spans: Any) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
-    path = Path(__file__).resolve().parents[1] / "examples" / "torch_gpt.py"
-    spec = importlib.util.spec_from_file_location("torch_gpt", path)
-    assert spec is not None and spec.loader is not None
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_example()
     torch.set_num_threads(1)
     arguments, batch, context = MODEL
     models = {}

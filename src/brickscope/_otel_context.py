@@ -22,6 +22,7 @@ from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
 from brickscope import _scope_data
+from brickscope._record import hotpath
 
 _runtime_var = getattr(_api._RUNTIME_CONTEXT, "_current_context", None)
 #: The ContextVar behind OTel's current context, or None with another runtime context.
@@ -38,7 +39,8 @@ else:  # pragma: no cover - only with a non-default OTEL_PYTHON_CONTEXT
 EMPTY_CONTEXT = Context()
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
-_id_lock = threading.Lock()
+#: The lock span ids are assigned under: the C span maker takes an IdLock without Python calls.
+_id_lock = hotpath.IdLock() if hotpath is not None else threading.Lock()
 
 
 def _fast_sampled_context(trace_id: int, span_id: int) -> SpanContext:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import types
 
 import pytest
@@ -207,3 +208,44 @@ class TestRowKeys:
         del fields["clean"]
         with pytest.raises(TypeError, match="missing field 'clean'"):
             tablerows.setup(**fields)
+
+
+class TestIdLock:
+    def test_it_is_the_lock_span_ids_are_assigned_under(self, hotpath) -> None:
+        """With the accelerator, assign_span_id and the C span maker share one IdLock."""
+        from brickscope import _otel_context
+
+        assert type(_otel_context._id_lock) is hotpath.IdLock
+
+    def test_it_locks_as_a_threading_lock_does(self, hotpath) -> None:
+        """acquire/release/locked and ``with``, as threading.Lock; releasing an unlocked one is a RuntimeError."""
+        lock = hotpath.IdLock()
+        assert lock.locked() is False
+        with lock:
+            assert lock.locked() is True
+        assert lock.acquire() is True and lock.locked() is True
+        lock.release()
+        assert lock.locked() is False
+        with pytest.raises(RuntimeError, match="release unlocked lock"):
+            lock.release()
+
+    def test_a_second_thread_waits_for_the_holder(self, hotpath) -> None:
+        """A thread asking for a held lock gets it only after the holder releases it (the
+        holder keeps running meanwhile: the waiter lets other threads run)."""
+        lock = hotpath.IdLock()
+        order = []
+        started = threading.Event()
+
+        def waiter() -> None:
+            started.set()
+            with lock:
+                order.append("waiter")
+
+        lock.acquire()
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        assert started.wait(10)
+        order.append("holder")  # the waiter cannot have taken the lock yet
+        lock.release()
+        thread.join(10)
+        assert order == ["holder", "waiter"]

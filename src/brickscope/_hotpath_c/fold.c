@@ -250,12 +250,61 @@ static int brick_kind(PyObject *attributes, PyObject *const *keys) {
     return PyUnicode_Compare(kind, keys[S_BRICK]) == 0;
 }
 
+/* A brick's figures as fold_sums reads them from its attributes (strong references). */
+typedef struct {
+    Py_ssize_t index; /* of the span in the batch */
+    PyObject *name, *category, *self_ns, *elements;
+} BrickFigures;
+
+static void figures_clear(BrickFigures *figures, Py_ssize_t count) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_DECREF(figures[i].name);
+        Py_DECREF(figures[i].category);
+        Py_DECREF(figures[i].self_ns);
+        Py_DECREF(figures[i].elements);
+    }
+    PyMem_Free(figures);
+}
+
+/* sums[(name, category)] += (1, self ns, elements). 0, or -1 with an error set. */
+static int add_to_sums(PyObject *sums, BrickFigures *brick) {
+    PyObject *key = PyTuple_Pack(2, brick->name, brick->category);
+    if (key == NULL) return -1;
+    PyObject *old = PyDict_GetItemWithError(sums, key), *sum = NULL;
+    if (old == NULL && PyErr_Occurred()) {
+        Py_DECREF(key);
+        return -1;
+    }
+    if (old == NULL) {
+        PyObject *one = PyLong_FromLong(1);
+        if (one != NULL) sum = PyTuple_Pack(3, one, brick->self_ns, brick->elements);
+        Py_XDECREF(one);
+    } else if (PyTuple_CheckExact(old) && PyTuple_GET_SIZE(old) == 3) {
+        PyObject *one = PyLong_FromLong(1);
+        PyObject *count = one ? PyNumber_Add(PyTuple_GET_ITEM(old, 0), one) : NULL;
+        PyObject *total = count ? PyNumber_Add(PyTuple_GET_ITEM(old, 1), brick->self_ns) : NULL;
+        PyObject *elems = total ? PyNumber_Add(PyTuple_GET_ITEM(old, 2), brick->elements) : NULL;
+        if (elems != NULL) sum = PyTuple_Pack(3, count, total, elems);
+        Py_XDECREF(one);
+        Py_XDECREF(count);
+        Py_XDECREF(total);
+        Py_XDECREF(elems);
+    } else {
+        PyErr_SetString(PyExc_TypeError, "fold_sums: sums holds (count, self ns, elements) tuples");
+    }
+    int rc = sum == NULL ? -1 : PyDict_SetItem(sums, key, sum);
+    Py_DECREF(key);
+    Py_XDECREF(sum);
+    return rc;
+}
+
 /* fold_sums(spans, attributes, keys, sums, values) -> bool. The fold of fold_batch's
  * Python loop (sdk/trace/_aggregation.py) for a batch whose every attributes are a dict and
  * whose bricks carry a str name and category and int self time and elements: sums
  * (name, category) -> (count, self ns, elements) in the dict sums, and, when values is a
  * list, (self ns, name, category, span) per brick for the histogram. False: nothing
- * changed, the Python loop folds the batch. */
+ * changed, the Python loop folds the batch. Each attributes dict is read once: the first
+ * pass keeps the bricks' figures, the second folds them. */
 PyObject *fold_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) || !PyTuple_CheckExact(args[2]) ||
         PyTuple_GET_SIZE(args[2]) != S_COUNT || !PyDict_CheckExact(args[3]) ||
@@ -267,58 +316,46 @@ PyObject *fold_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *const *keys = &PyTuple_GET_ITEM(args[2], 0);
     Py_ssize_t n = PyList_GET_SIZE(attributes);
     if (PyList_GET_SIZE(spans) != n) Py_RETURN_FALSE;
-    for (Py_ssize_t i = 0; i < n; i++) { /* first: all of it is what the C side folds */
+    BrickFigures *figures = PyMem_New(BrickFigures, n > 0 ? n : 1);
+    if (figures == NULL) return PyErr_NoMemory();
+    Py_ssize_t bricks = 0;
+    int fold = 1; /* 0: the Python loop folds the batch; -1: an error */
+    for (Py_ssize_t i = 0; i < n && fold == 1; i++) { /* first: all of it is what the C side folds */
         PyObject *attrs = PyList_GET_ITEM(attributes, i);
-        if (!PyDict_CheckExact(attrs)) Py_RETURN_FALSE;
+        if (!PyDict_CheckExact(attrs)) {
+            fold = 0;
+            break;
+        }
         int brick = brick_kind(attrs, keys);
-        if (brick == -2) return NULL;
-        if (brick < 0) Py_RETURN_FALSE;
-        if (!brick) continue;
+        if (brick == -2) fold = -1;
+        else if (brick < 0) fold = 0;
+        if (brick != 1) continue;
         PyObject *name = attr_get(attrs, keys[S_NAME], NULL), *category = attr_get(attrs, keys[S_CATEGORY], keys[S_OTHER]);
         PyObject *self_ns = attr_get(attrs, keys[S_SELF], NULL), *elements = attr_get(attrs, keys[S_ELEMENTS], g_zero);
-        if (PyErr_Occurred()) return NULL;
-        if (name == NULL || !PyUnicode_CheckExact(name) || !PyUnicode_CheckExact(category) || self_ns == NULL ||
-            !PyLong_CheckExact(self_ns) || !PyLong_CheckExact(elements))
-            Py_RETURN_FALSE;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *attrs = PyList_GET_ITEM(attributes, i);
-        if (brick_kind(attrs, keys) != 1) continue;
-        PyObject *name = attr_get(attrs, keys[S_NAME], NULL), *category = attr_get(attrs, keys[S_CATEGORY], keys[S_OTHER]);
-        PyObject *self_ns = attr_get(attrs, keys[S_SELF], NULL), *elements = attr_get(attrs, keys[S_ELEMENTS], g_zero);
-        if (name == NULL || self_ns == NULL) return NULL; /* checked above: only an error */
-        PyObject *key = PyTuple_Pack(2, name, category);
-        if (key == NULL) return NULL;
-        PyObject *old = PyDict_GetItemWithError(sums, key), *sum = NULL;
-        if (old == NULL && PyErr_Occurred()) {
-            Py_DECREF(key);
-            return NULL;
-        }
-        if (old == NULL) {
-            sum = Py_BuildValue("(iOO)", 1, self_ns, elements);
-        } else if (PyTuple_CheckExact(old) && PyTuple_GET_SIZE(old) == 3) {
-            PyObject *one = PyLong_FromLong(1);
-            PyObject *count = one ? PyNumber_Add(PyTuple_GET_ITEM(old, 0), one) : NULL;
-            PyObject *total = count ? PyNumber_Add(PyTuple_GET_ITEM(old, 1), self_ns) : NULL;
-            PyObject *elems = total ? PyNumber_Add(PyTuple_GET_ITEM(old, 2), elements) : NULL;
-            if (elems != NULL) sum = PyTuple_Pack(3, count, total, elems);
-            Py_XDECREF(one);
-            Py_XDECREF(count);
-            Py_XDECREF(total);
-            Py_XDECREF(elems);
+        if (PyErr_Occurred()) {
+            fold = -1;
+        } else if (name == NULL || !PyUnicode_CheckExact(name) || !PyUnicode_CheckExact(category) || self_ns == NULL ||
+                   !PyLong_CheckExact(self_ns) || !PyLong_CheckExact(elements)) {
+            fold = 0;
         } else {
-            PyErr_SetString(PyExc_TypeError, "fold_sums: sums holds (count, self ns, elements) tuples");
-        }
-        int rc = sum == NULL ? -1 : PyDict_SetItem(sums, key, sum);
-        Py_DECREF(key);
-        Py_XDECREF(sum);
-        if (rc < 0) return NULL;
-        if (values != Py_None) {
-            PyObject *value = PyTuple_Pack(4, self_ns, name, category, PyList_GET_ITEM(spans, i));
-            rc = value == NULL ? -1 : PyList_Append(values, value);
-            Py_XDECREF(value);
-            if (rc < 0) return NULL;
+            figures[bricks++] = (BrickFigures){i, Py_NewRef(name), Py_NewRef(category), Py_NewRef(self_ns),
+                                               Py_NewRef(elements)};
         }
     }
-    Py_RETURN_TRUE;
+    for (Py_ssize_t b = 0; b < bricks && fold == 1; b++) {
+        BrickFigures *brick = &figures[b];
+        if (add_to_sums(sums, brick) < 0) {
+            fold = -1;
+            break;
+        }
+        if (values != Py_None) {
+            PyObject *value =
+                PyTuple_Pack(4, brick->self_ns, brick->name, brick->category, PyList_GET_ITEM(spans, brick->index));
+            if (value == NULL || PyList_Append(values, value) < 0) fold = -1;
+            Py_XDECREF(value);
+        }
+    }
+    figures_clear(figures, bricks);
+    if (fold < 0) return NULL;
+    return Py_NewRef(fold ? Py_True : Py_False);
 }

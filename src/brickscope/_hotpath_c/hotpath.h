@@ -83,7 +83,7 @@ extern uint64_t g_watched_generation;
 #define KIND_BRICK 2
 
 extern PyTypeObject RecordType, RecorderCoreType, ScopeBaseType, EntryType, FactoryType, MarkerType, FoldCellType,
-    FoldTableType, SpanMakerType;
+    FoldTableType, SpanMakerType, IdLockType;
 
 /* ---- Record ------------------------------------------------------------------ */
 
@@ -194,7 +194,7 @@ typedef struct {
 /* The version of what this extension expects from the Python beside it (the registration
  * calls' fields, the key tables, the types' layouts): brickscope._record states the one it
  * was written for, and brickscope.native.load refuses another. Raise it with any such change. */
-#define HOTPATH_ABI_VERSION 2
+#define HOTPATH_ABI_VERSION 3
 
 /* The CUDA version the driver entry points' typedefs (cuda.c) were written for: the
  * Python side asks cuGetProcAddress for them at this version (module constant CUDA_VERSION),

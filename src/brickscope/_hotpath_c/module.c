@@ -270,15 +270,15 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
         (g_empty_tuple = PyTuple_New(0)) == NULL)
         return NULL;
     PyTypeObject *types[] = {&RecordType, &RecorderCoreType, &ScopeBaseType, &EntryType,
-                             &FactoryType, &MarkerType, &FoldTableType, &SpanMakerType};
+                             &FactoryType, &MarkerType, &FoldTableType, &SpanMakerType, &IdLockType};
     const char *names[] = {"Record", "RecorderCore", "ScopeBase", "Entry", "FactoryState", "CudaMarker", "FoldTable",
-                           "SpanMaker"};
+                           "SpanMaker", "IdLock"};
     if (PyType_Ready(&FoldCellType) < 0) return NULL;
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 9; i++)
         if (PyType_Ready(types[i]) < 0) return NULL;
     PyObject *module = PyModule_Create(&hotpath_module);
     if (module == NULL) return NULL;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 9; i++) {
         Py_INCREF(types[i]);
         if (PyModule_AddObject(module, names[i], (PyObject *)types[i]) < 0) {
             Py_DECREF(types[i]);

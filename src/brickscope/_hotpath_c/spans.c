@@ -181,6 +181,124 @@ fail:
     return NULL;
 }
 
+/* ---- IdLock: the lock span ids are assigned under (_otel_context._id_lock) ------------
+ *
+ * A plain lock, as threading.Lock is, for assign_span_id's `with _id_lock:`; the span maker
+ * takes it directly, without the two Python calls (acquire's argument parsing) a
+ * threading.Lock costs per span. A blocking wait lets other threads run (they may hold it
+ * in Python) and is interrupted by signals as a threading.Lock's is. */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    int held;
+} IdLockObject;
+
+/* 0, or -1 with an error set (a signal handler raised while waiting). */
+static int id_lock_acquire(IdLockObject *self) {
+    if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        self->held = 1;
+        return 0;
+    }
+    for (;;) {
+        PyLockStatus got;
+        Py_BEGIN_ALLOW_THREADS
+        got = PyThread_acquire_lock_timed(self->lock, -1, 1);
+        Py_END_ALLOW_THREADS
+        if (got == PY_LOCK_ACQUIRED) break;
+        if (got == PY_LOCK_INTR && Py_MakePendingCalls() < 0) return -1;
+    }
+    self->held = 1;
+    return 0;
+}
+
+static void id_lock_release(IdLockObject *self) {
+    self->held = 0;
+    PyThread_release_lock(self->lock);
+}
+
+static PyObject *id_lock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    if (PyTuple_GET_SIZE(args) != 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "IdLock() takes no arguments");
+        return NULL;
+    }
+    IdLockObject *self = (IdLockObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    if ((self->lock = PyThread_allocate_lock()) == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void id_lock_dealloc(IdLockObject *self) {
+    if (self->lock != NULL) {
+        if (self->held) PyThread_release_lock(self->lock);
+        PyThread_free_lock(self->lock);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *id_lock_enter(IdLockObject *self, PyObject *unused) {
+    if (id_lock_acquire(self) < 0) return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *id_lock_release_method(IdLockObject *self, PyObject *unused) {
+    if (!self->held) {
+        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+        return NULL;
+    }
+    id_lock_release(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *id_lock_exit(IdLockObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return id_lock_release_method(self, NULL);
+}
+
+static PyObject *id_lock_locked(IdLockObject *self, PyObject *unused) { return PyBool_FromLong(self->held); }
+
+static PyMethodDef id_lock_methods[] = {
+    {"acquire", (PyCFunction)id_lock_enter, METH_NOARGS, "acquire(): wait for the lock and take it; True."},
+    {"release", (PyCFunction)id_lock_release_method, METH_NOARGS, "release(): give the lock back."},
+    {"__enter__", (PyCFunction)id_lock_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))id_lock_exit, METH_FASTCALL, NULL},
+    {"locked", (PyCFunction)id_lock_locked, METH_NOARGS, "locked(): whether the lock is held."},
+    {NULL}};
+
+PyTypeObject IdLockType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope._hotpath.IdLock",
+    .tp_doc = "IdLock(): the lock span ids are assigned under, as a threading.Lock (with, acquire, release, "
+              "locked); the span maker takes it without Python calls.",
+    .tp_basicsize = sizeof(IdLockObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = id_lock_new,
+    .tp_dealloc = (destructor)id_lock_dealloc,
+    .tp_methods = id_lock_methods,
+};
+
+/* Take or give back assign_span_id's lock: an IdLock directly, another lock through its
+ * bound acquire/release (kept in the cache). 0, or -1 with an error set. */
+static int span_id_lock(SpanMakerObject *m, BuildCache *cache, int take) {
+    if (Py_TYPE(m->id_lock) == &IdLockType) {
+        if (take) return id_lock_acquire((IdLockObject *)m->id_lock);
+        id_lock_release((IdLockObject *)m->id_lock);
+        return 0;
+    }
+    if (cache->id_acquire == NULL) {
+        cache->id_acquire = PyObject_GetAttr(m->id_lock, s_acquire);
+        if (cache->id_acquire == NULL) return -1;
+        cache->id_release = PyObject_GetAttr(m->id_lock, s_release);
+        if (cache->id_release == NULL) {
+            Py_CLEAR(cache->id_acquire);
+            return -1;
+        }
+    }
+    PyObject *done = PyObject_CallNoArgs(take ? cache->id_acquire : cache->id_release);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
 /* rec's SpanContext, made once (_spans.SpanBuilder._span_context). New reference. */
 static PyObject *span_context_of(SpanMakerObject *m, RecordObject *rec, BuildCache *cache) {
     if (rec->span_context != Py_None) {
@@ -195,18 +313,7 @@ static PyObject *span_context_of(SpanMakerObject *m, RecordObject *rec, BuildCac
             if (id == NULL) return NULL;
             Py_DECREF(id);
         } else { /* RandomIdGenerator.generate_span_id, under assign_span_id's lock */
-            if (cache->id_acquire == NULL) {
-                cache->id_acquire = PyObject_GetAttr(m->id_lock, s_acquire);
-                if (cache->id_acquire == NULL) return NULL;
-                cache->id_release = PyObject_GetAttr(m->id_lock, s_release);
-                if (cache->id_release == NULL) {
-                    Py_CLEAR(cache->id_acquire);
-                    return NULL;
-                }
-            }
-            PyObject *got = PyObject_CallNoArgs(cache->id_acquire);
-            if (got == NULL) return NULL;
-            Py_DECREF(got);
+            if (span_id_lock(m, cache, 1) < 0) return NULL;
             PyObject *id = NULL;
             int set_meanwhile = is_true(rec->span_id);
             if (set_meanwhile == 0) {
@@ -224,14 +331,12 @@ static PyObject *span_context_of(SpanMakerObject *m, RecordObject *rec, BuildCac
             }
             PyObject *type, *value, *traceback;
             PyErr_Fetch(&type, &value, &traceback);
-            PyObject *released = PyObject_CallNoArgs(cache->id_release);
-            if (released == NULL) {
+            if (span_id_lock(m, cache, 0) < 0) {
                 Py_XDECREF(type);
                 Py_XDECREF(value);
                 Py_XDECREF(traceback);
                 return NULL;
             }
-            Py_DECREF(released);
             PyErr_Restore(type, value, traceback);
             if (PyErr_Occurred()) return NULL;
         }
