@@ -34,11 +34,13 @@ from brickscope.analysis._backend import get_backend
 from brickscope.analysis._load import AnalysisError, _expand
 from brickscope.analysis._model import Report
 from brickscope.analysis._sql import (
+    CENSUS_REASONS,
     DUCKDB,
     SOURCE_COLUMNS,
-    first_rows_query,
+    census_query,
+    coded_query,
     impossible_reason,
-    spans_query,
+    overhead_query,
     untyped_query,
 )
 from brickscope.analysis._table import _KEYS, COLUMNS, Table, TableBuilder
@@ -65,11 +67,6 @@ _ORD_SHIFT = 40  # a row's order key: file index << 40 | row in file (2^40 rows 
 #: The columns of the spans table ``bs_t`` besides ``ord``: the analysis table's.
 _NAMES = (*COLUMNS, "duration", "comm")
 _TYPECODES = {"int64": "q", "uint64": "Q", "float64": "d"}
-#: The source columns a first span of a key is read with, for the builder (see _raw).
-_FIRST_COLUMNS = (
-    "ord", "name", "kind", "category", "brick_name", "resource", "clock", "device_ordinal", "stream",
-    "kernel_grid", "kernel_block", "kernel_shared_mem_bytes",
-)  # fmt: skip
 
 
 def available() -> bool:
@@ -262,11 +259,12 @@ class _Session:
                 f"{self._what()}: {untyped:,} spans hold {key} (or another attribute the analysis reads) with a value"
                 " of another type than its column's (kept in the attributes column); --engine memory reads them"
             )
-        impossible, notes = self._impossible()
+        census = self.query(census_query(self.dialect))
+        impossible, notes = self._impossible([row[1:4] for row in census if row[0] == CENSUS_REASONS])
         builder = TableBuilder(self.be)
-        self._codes(builder)
-        names = ", ".join(f'"{name}"' for name in _NAMES)
-        self._materialize("bs_t", f"SELECT ord, {names} FROM ({spans_query(self.dialect)})")
+        # a span first of several keys is one row; the builder takes them in row order
+        self._codes(builder, [row for _, row in sorted({r[4]: r[5:] for r in census if r[0] != CENSUS_REASONS}.items())])
+        self._spans_table()
         self.table = Table(
             self.be,
             {},
@@ -346,9 +344,17 @@ class _Session:
             kernel_sources=t.kernel_sources,
         )  # fmt: skip
 
-    def _materialize(self, name: str, sql: str) -> None:
-        """The table ``name`` holding the rows of ``sql``, in the session's database file."""
-        self._run(f"CREATE TABLE {name} AS {sql}")
+    def _spans_table(self) -> None:
+        """The spans table ``bs_t``, in the session's database file: every span's row written
+        in one scan of the files, then the self time of the few spans with overhead spans
+        under them updated in place (one query that read the coded rows twice, to join the
+        overhead spans to their parents, made DuckDB write every coded row to its spill files
+        uncompressed before the table)."""
+        names = ", ".join(f'"{name}"' for name in _NAMES)
+        self._run(f"CREATE TABLE bs_t AS SELECT ord, {names} FROM ({coded_query(self.dialect)})")
+        self._run(f"""
+            UPDATE bs_t SET self = CAST(greatest(0, bs_t.self - x.ns) AS BIGINT)
+            FROM ({overhead_query("bs_t")}) x WHERE x.ord = bs_t.ord""")
 
     def _fetch(self, sql: str) -> dict[str, Any]:
         """The rows of ``sql`` as one numpy array per column."""
@@ -370,11 +376,10 @@ class _Session:
         con.execute(f"CREATE TEMP VIEW bs_reasoned AS SELECT *, {impossible_reason()} AS reason FROM bs_source")
         con.execute("CREATE TEMP VIEW bs_valid AS SELECT * FROM bs_reasoned WHERE reason IS NULL")
 
-    def _impossible(self) -> tuple[dict[str, int], list[str]]:
-        """Impossible spans by reason, and the readers' line for each file that had some."""
-        counts = self.query(
-            "SELECT file, reason, count(*) FROM bs_reasoned GROUP BY file, reason ORDER BY file, reason"
-        )
+    def _impossible(self, counts: list[tuple[int, str | None, int]]) -> tuple[dict[str, int], list[str]]:
+        """Impossible spans by reason, and the readers' line for each file that had some, from
+        the rows of each file and reason (``None``: the valid ones)."""
+        counts = sorted(counts, key=lambda row: (row[0], row[1] or ""))
         valid = [0] * len(self.files)
         dropped: list[dict[str, int]] = [{} for _ in self.files]
         for file, reason, count in counts:
@@ -398,16 +403,13 @@ class _Session:
                     total[reason] = total.get(reason, 0) + n
         return total, notes
 
-    def _codes(self, builder: TableBuilder) -> None:
-        """The code lists, from the first span of each key through ``builder`` in row order, and
-        the tables that map every span's key to its codes (``bs_*_codes``)."""
-        firsts = self.query(
-            f"SELECT {', '.join(_FIRST_COLUMNS)} FROM bs_valid WHERE ord IN ({first_rows_query()}) ORDER BY ord"
-        )
+    def _codes(self, builder: TableBuilder, firsts: list[tuple[Any, ...]]) -> None:
+        """The code lists, from the first span of each key (its ``FIRST_COLUMNS``, in row order)
+        through ``builder``, and the tables that map every span's key to its codes (``bs_*_codes``)."""
         resources: dict[Any, Any] = {}
         ops, ranks, lanes, launches = {}, {}, {}, {}
         for first in firsts:
-            _, name, kind, category, brick, resource, clock, ordinal, stream, grid, block, smem = first
+            name, kind, category, brick, resource, clock, ordinal, stream, grid, block, smem = first
             holder = resources.get(resource)
             if holder is None:
                 holder = resources[resource] = types.SimpleNamespace(attributes=_attributes(resource))
