@@ -63,6 +63,7 @@ ProgressCallback = Callable[[int, int], None]
 
 _INSTALL = "pip install 'brickscope[duckdb]'"
 _UPLOAD_ROWS = 1000  # rows an INSERT statement of upload() carries
+_BATCH_ROWS = 1 << 20  # rows a batch of _batches() carries (8 MB a numeric column)
 _ORD_SHIFT = 40  # a row's order key: file index << 40 | row in file (2^40 rows a file)
 #: The columns of the spans table ``bs_t`` besides ``ord``: the analysis table's.
 _NAMES = (*COLUMNS, "duration", "comm")
@@ -319,6 +320,20 @@ class _Session:
                 out.append((int(keys[low]), chunk))
         return out
 
+    def sequential_sums(self, source: str, groups: int) -> list[float]:
+        """Per group code ``0..groups-1`` of ``source`` (a query of ``g, value`` in row order): its
+        float values added one by one in that order, as the in-memory engine's ``group_sum``
+        adds them; fetched as numpy arrays a batch at a time, never as Python rows."""
+        import numpy as np
+
+        sums, every = np.zeros(groups), np.arange(groups)
+        for batch in self._batches(source):
+            # each group's running sum goes first: bincount adds the batch's values after it, in order
+            sums = np.bincount(
+                np.concatenate([every, batch["g"]]), weights=np.concatenate([sums, batch["value"]]), minlength=groups
+            )
+        return sums.tolist()  # type: ignore[no-any-return]
+
     def pull(self, where: str, *, source: str = "bs_sel", whole: bool = False) -> Table:
         """The rows of ``source`` matching ``where``, in row order, as an in-memory table with the
         session's code lists (``whole``: the table of every row, with its sources and notes)."""
@@ -359,6 +374,12 @@ class _Session:
     def _fetch(self, sql: str) -> dict[str, Any]:
         """The rows of ``sql`` as one numpy array per column."""
         return self._run(sql).fetchnumpy()  # type: ignore[no-any-return]
+
+    def _batches(self, sql: str) -> Iterator[dict[str, Any]]:
+        """The rows of ``sql`` in batches of :data:`_BATCH_ROWS`, each one numpy array per column
+        (a relation's reader: read as the batches are taken, so no progress is polled)."""
+        for batch in self.con.sql(sql).to_arrow_reader(_BATCH_ROWS):
+            yield {name: column.to_numpy() for name, column in zip(batch.schema.names, batch.columns)}
 
     def _what(self) -> str:
         return self.files[0] if len(self.files) == 1 else f"{len(self.files)} files"

@@ -322,6 +322,9 @@ class _SparkSession(_Session):
         table = self.con.sql(sql).toArrow()
         return {name: table.column(name).to_numpy() for name in table.column_names}
 
+    def _batches(self, sql: str) -> Iterator[dict[str, Any]]:
+        yield self._fetch(sql)  # Arrow to the driver: one batch
+
 
 def _read(spark: Any, inputs: list[str]) -> Any:
     """The inputs' rows with each one's file (``bs_path``) and row in the file (``bs_row``)."""
