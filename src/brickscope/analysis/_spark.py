@@ -35,7 +35,7 @@ from brickscope.analysis._backend import get_backend
 from brickscope.analysis._duckdb import _NAMES, _ORD_SHIFT, _Session
 from brickscope.analysis._load import AnalysisError
 from brickscope.analysis._model import Report
-from brickscope.analysis._sql import SOURCE_COLUMNS, SPARK, impossible_reason, spans_query
+from brickscope.analysis._sql import SOURCE_COLUMNS, SPARK, impossible_reason, spans_query, unions_query
 from brickscope.analysis._table import Table
 from brickscope.offline._errors import one_line
 from brickscope.offline._parquet_schema import (
@@ -321,6 +321,12 @@ class _SparkSession(_Session):
     def _fetch(self, sql: str) -> dict[str, Any]:
         table = self.con.sql(sql).toArrow()
         return {name: table.column(name).to_numpy() for name in table.column_names}
+
+    def unions(self, intervals: str) -> dict[int, tuple[int, int, int]]:
+        """As the DuckDB session's, in SQL on the executors (a window's running maximum): no
+        interval is brought to the driver."""
+        rows = self.query(unions_query(intervals))
+        return {g: (int(count), int(work), int(total)) for g, count, work, total in rows}
 
     def _batches(self, sql: str) -> Iterator[dict[str, Any]]:
         yield self._fetch(sql)  # Arrow to the driver: one batch

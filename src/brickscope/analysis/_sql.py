@@ -264,3 +264,20 @@ def spans_query(d: Dialect) -> str:
         WITH bs_coded AS ({coded_query(d)}), bs_deduct AS ({overhead_query("bs_coded")})
         SELECT c.ord, {columns}, c.duration, c.comm
         FROM bs_coded c LEFT JOIN bs_deduct x ON x.ord = c.ord"""
+
+
+def unions_query(intervals: str) -> str:
+    """Per group ``g`` of ``intervals`` (a query of ``g, s, e, w``; ``w`` 1 for work, 0 for a
+    window): ``g``, the work intervals' count, the length of their union, and the length of the
+    union of all its intervals; one sort of the group's intervals for both unions."""
+    # in start order, each interval adds what it reaches past the running maximum of the ends
+    # before it (of the work intervals before it, for the work's union); ends never precede starts
+    before = "OVER (PARTITION BY g ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
+    return f"""
+        WITH iv AS ({intervals}),
+        o AS (SELECT g, s, e, w, max(e) {before} AS reach, max(CASE WHEN w = 1 THEN e END) {before} AS work_reach
+            FROM iv)
+        SELECT g, sum(w),
+            sum(CASE WHEN w = 1 THEN greatest(0, e - greatest(s, coalesce(work_reach, s))) ELSE 0 END),
+            sum(greatest(0, e - greatest(s, coalesce(reach, s))))
+        FROM o GROUP BY g"""

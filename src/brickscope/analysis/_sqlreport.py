@@ -94,6 +94,11 @@ class Session(Protocol):
         """Per group code ``0..groups-1`` of ``source`` (a query of ``g, value`` in row order):
         its float values added one by one in that order."""
 
+    def unions(self, intervals: str) -> dict[int, tuple[int, int, int]]:
+        """Per group ``g`` of ``intervals`` (a query of ``g, s, e, w``; ``w`` 1 for work, 0 for a
+        window): the work intervals' count, the length of their union, and the length of the
+        union of all its intervals."""
+
 
 class SqlAnalysis:
     """The report of the spans table, section by section (see the module docstring).
@@ -390,19 +395,8 @@ class SqlAnalysis:
     def _unions(self, intervals: str) -> dict[int, tuple[int, int, int]]:
         """Per group ``g`` of ``intervals`` (a query of ``g, s, e, w``; ``w`` 1 for work, 0 for a
         window): the work intervals' count, the length of their union, and the length of the
-        union of all its intervals; one sort of the group's intervals for both unions."""
-        # in start order, each interval adds what it reaches past the running maximum of the ends
-        # before it (of the work intervals before it, for the work's union); ends never precede starts
-        before = "OVER (PARTITION BY g ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
-        rows = self.s.query(f"""
-            WITH iv AS ({intervals}),
-            o AS (SELECT g, s, e, w, max(e) {before} AS reach, max(CASE WHEN w = 1 THEN e END) {before} AS work_reach
-                FROM iv)
-            SELECT g, sum(w),
-                sum(CASE WHEN w = 1 THEN greatest(0, e - greatest(s, coalesce(work_reach, s))) ELSE 0 END),
-                sum(greatest(0, e - greatest(s, coalesce(reach, s))))
-            FROM o GROUP BY g""")
-        return {g: (int(count), int(work), int(total)) for g, count, work, total in rows}
+        union of all its intervals (the session's :meth:`Session.unions`)."""
+        return self.s.unions(intervals)
 
     def _lane_stats(self, lane: str, work: str, windows: str) -> tuple[list[int], list[int], list[int]]:
         """Count, busy and idle-in-steps per code of ``lane`` (``n`` codes): ``work`` the lane's
