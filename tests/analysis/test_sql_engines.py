@@ -266,7 +266,10 @@ class TestRooflineFlops:
         t = 1_700_000_000_000_000_000
         spans = [
             make_span(
-                1 + i, "gemm", t + 10 * i * us, t + (10 * i + 4) * us,
+                1 + i,
+                "gemm",
+                t + 10 * i * us,
+                t + (10 * i + 4) * us,
                 attributes={A.SCOPE_KIND: "brick", A.CLOCK: "host", A.WORK_FLOPS: value, A.WORK_BYTES: 64},
             )  # fmt: skip
             for i, value in enumerate(flops)

@@ -264,7 +264,8 @@ class _Session:
         impossible, notes = self._impossible([row[1:4] for row in census if row[0] == CENSUS_REASONS])
         builder = TableBuilder(self.be)
         # a span first of several keys is one row; the builder takes them in row order
-        self._codes(builder, [row for _, row in sorted({r[4]: r[5:] for r in census if r[0] != CENSUS_REASONS}.items())])
+        firsts = {row[4]: row[5:] for row in census if row[0] != CENSUS_REASONS}
+        self._codes(builder, [firsts[ord_] for ord_ in sorted(firsts)])
         self._spans_table()
         self.table = Table(
             self.be,
@@ -326,7 +327,8 @@ class _Session:
         adds them; fetched as numpy arrays a batch at a time, never as Python rows."""
         import numpy as np
 
-        sums, every = np.zeros(groups), np.arange(groups)
+        sums: Any = np.zeros(groups)
+        every = np.arange(groups)
         for batch in self._batches(source):
             # each group's running sum goes first: bincount adds the batch's values after it, in order
             sums = np.bincount(
