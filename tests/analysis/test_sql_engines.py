@@ -252,3 +252,49 @@ def test_critical_paths_of_nested_steps(tmp_path, engine_cases):
     expected = to_json(analyse(load(path), top=4))
     assert sorted(p["step"] for p in expected["critical_paths"]) == [0, 1, 7, 9]  # not 8, inside 7
     assert _sql_report(path, top=4)["critical_paths"] == expected["critical_paths"]
+
+
+class TestRooflineFlops:
+    """Flops are summed as the in-memory engine sums them, floats added in row order, also where
+    SQL could sum them another way."""
+
+    def _gemms(self, tmp_path, engine_cases, flops):
+        from brickscope.testing import make_span
+        from brickscope.trace import attributes as A
+
+        us = 1_000
+        t = 1_700_000_000_000_000_000
+        spans = [
+            make_span(
+                1 + i,
+                "gemm",
+                t + 10 * i * us,
+                t + (10 * i + 4) * us,
+                attributes={A.SCOPE_KIND: "brick", A.CLOCK: "host", A.WORK_FLOPS: value, A.WORK_BYTES: 64},
+            )  # fmt: skip
+            for i, value in enumerate(flops)
+        ]
+        return engine_cases.write_parquet(spans, tmp_path / "gemm.parquet")
+
+    def _flops(self, report):
+        (point,) = report["roofline"]
+        return point["flops"]
+
+    def test_whole_flops_past_2_to_the_53_round_as_in_row_order(self, tmp_path, engine_cases):
+        """2**53 then 1 then 1: in row order each 1 rounds away (2**53 + 1 is no float), so the
+        sum is 2**53, not the exact 2**53 + 2; both engines say 2**53."""
+        path = self._gemms(tmp_path, engine_cases, [float(1 << 53), 1.0, 1.0])
+        assert self._flops(to_json(analyse(load(path)))) == float(1 << 53)
+        assert self._flops(_sql_report(path)) == float(1 << 53)
+
+    def test_whole_multiples_of_a_power_of_two_sum_exactly(self, tmp_path, engine_cases):
+        """2**60, 2**60 and 2**10: every partial sum a float, the total 2**61 + 2**10 exactly."""
+        path = self._gemms(tmp_path, engine_cases, [float(1 << 60), float(1 << 60), float(1 << 10)])
+        assert self._flops(to_json(analyse(load(path)))) == float((1 << 61) + (1 << 10))
+        assert self._flops(_sql_report(path)) == float((1 << 61) + (1 << 10))
+
+    def test_fractional_flops_in_row_order(self, tmp_path, engine_cases):
+        """0.1 + 0.2 + 0.3 in row order is 0.6000000000000001 (0.3 + 0.2 + 0.1 would be 0.6)."""
+        path = self._gemms(tmp_path, engine_cases, [0.1, 0.2, 0.3])
+        assert self._flops(to_json(analyse(load(path)))) == 0.1 + 0.2 + 0.3 == 0.6000000000000001
+        assert self._flops(_sql_report(path)) == 0.6000000000000001

@@ -34,11 +34,13 @@ from brickscope.analysis._backend import get_backend
 from brickscope.analysis._load import AnalysisError, _expand
 from brickscope.analysis._model import Report
 from brickscope.analysis._sql import (
+    CENSUS_REASONS,
     DUCKDB,
     SOURCE_COLUMNS,
-    first_rows_query,
+    census_query,
+    coded_query,
     impossible_reason,
-    spans_query,
+    overhead_query,
     untyped_query,
 )
 from brickscope.analysis._table import _KEYS, COLUMNS, Table, TableBuilder
@@ -61,15 +63,11 @@ ProgressCallback = Callable[[int, int], None]
 
 _INSTALL = "pip install 'brickscope[duckdb]'"
 _UPLOAD_ROWS = 1000  # rows an INSERT statement of upload() carries
+_BATCH_ROWS = 1 << 20  # rows a batch of _batches() carries (8 MB a numeric column)
 _ORD_SHIFT = 40  # a row's order key: file index << 40 | row in file (2^40 rows a file)
 #: The columns of the spans table ``bs_t`` besides ``ord``: the analysis table's.
 _NAMES = (*COLUMNS, "duration", "comm")
 _TYPECODES = {"int64": "q", "uint64": "Q", "float64": "d"}
-#: The source columns a first span of a key is read with, for the builder (see _raw).
-_FIRST_COLUMNS = (
-    "ord", "name", "kind", "category", "brick_name", "resource", "clock", "device_ordinal", "stream",
-    "kernel_grid", "kernel_block", "kernel_shared_mem_bytes",
-)  # fmt: skip
 
 
 def available() -> bool:
@@ -262,11 +260,13 @@ class _Session:
                 f"{self._what()}: {untyped:,} spans hold {key} (or another attribute the analysis reads) with a value"
                 " of another type than its column's (kept in the attributes column); --engine memory reads them"
             )
-        impossible, notes = self._impossible()
+        census = self.query(census_query(self.dialect))
+        impossible, notes = self._impossible([row[1:4] for row in census if row[0] == CENSUS_REASONS])
         builder = TableBuilder(self.be)
-        self._codes(builder)
-        names = ", ".join(f'"{name}"' for name in _NAMES)
-        self._materialize("bs_t", f"SELECT ord, {names} FROM ({spans_query(self.dialect)})")
+        # a span first of several keys is one row; the builder takes them in row order
+        firsts = {row[4]: row[5:] for row in census if row[0] != CENSUS_REASONS}
+        self._codes(builder, [firsts[ord_] for ord_ in sorted(firsts)])
+        self._spans_table()
         self.table = Table(
             self.be,
             {},
@@ -321,6 +321,48 @@ class _Session:
                 out.append((int(keys[low]), chunk))
         return out
 
+    def sequential_sums(self, source: str, groups: int) -> list[float]:
+        """Per group code ``0..groups-1`` of ``source`` (a query of ``g, value`` in row order): its
+        float values added one by one in that order, as the in-memory engine's ``group_sum``
+        adds them; fetched as numpy arrays a batch at a time, never as Python rows."""
+        import numpy as np
+
+        sums: Any = np.zeros(groups)
+        every = np.arange(groups)
+        for batch in self._batches(source):
+            # each group's running sum goes first: bincount adds the batch's values after it, in order
+            sums = np.bincount(
+                np.concatenate([every, batch["g"]]), weights=np.concatenate([sums, batch["value"]]), minlength=groups
+            )
+        return sums.tolist()  # type: ignore[no-any-return]
+
+    def unions(self, intervals: str) -> dict[int, tuple[int, int, int]]:
+        """Per group ``g`` of ``intervals`` (a query of ``g, s, e, w``; ``w`` 1 for work, 0 for a
+        window): the work intervals' count, the length of their union, and the length of the
+        union of all its intervals. DuckDB sorts the intervals (out of core); numpy walks them a
+        batch at a time: in start order, each interval adds what it reaches past the running
+        maximum of the ends before it (of the work intervals before it, for the work's union).
+        The SQL engines' window form of the same (:func:`._sql.unions_query`) costs DuckDB
+        twice the sort in its windowed running maximum."""
+        import numpy as np
+
+        low = np.iinfo(np.int64).min
+        out: dict[int, list[int]] = {}  # g: [count, work, total, reach, work reach]
+        for batch in self._batches(f"SELECT g, s, e, w FROM ({intervals}) ORDER BY g, s, e"):
+            g, s, e, w = batch["g"], batch["s"], batch["e"], batch["w"]
+            bounds = [0, *(np.flatnonzero(g[1:] != g[:-1]) + 1).tolist(), len(g)]
+            for first, last in zip(bounds, bounds[1:]):
+                state = out.setdefault(int(g[first]), [0, 0, 0, low, low])
+                gs, ge, work = s[first:last], e[first:last], w[first:last] == 1
+                work_ends = np.where(work, ge, low)
+                reach = np.maximum.accumulate(np.concatenate([[state[3]], ge]))
+                work_reach = np.maximum.accumulate(np.concatenate([[state[4]], work_ends]))
+                state[0] += int(work.sum())
+                state[1] += int(np.maximum(0, ge - np.maximum(gs, work_reach[:-1]))[work].sum())
+                state[2] += int(np.maximum(0, ge - np.maximum(gs, reach[:-1])).sum())
+                state[3], state[4] = int(reach[-1]), int(work_reach[-1])
+        return {g: (count, work, total) for g, (count, work, total, _, _) in out.items()}
+
     def pull(self, where: str, *, source: str = "bs_sel", whole: bool = False) -> Table:
         """The rows of ``source`` matching ``where``, in row order, as an in-memory table with the
         session's code lists (``whole``: the table of every row, with its sources and notes)."""
@@ -346,13 +388,27 @@ class _Session:
             kernel_sources=t.kernel_sources,
         )  # fmt: skip
 
-    def _materialize(self, name: str, sql: str) -> None:
-        """The table ``name`` holding the rows of ``sql``, in the session's database file."""
-        self._run(f"CREATE TABLE {name} AS {sql}")
+    def _spans_table(self) -> None:
+        """The spans table ``bs_t``, in the session's database file: every span's row written
+        in one scan of the files, then the self time of the few spans with overhead spans
+        under them updated in place (one query that read the coded rows twice, to join the
+        overhead spans to their parents, made DuckDB write every coded row to its spill files
+        uncompressed before the table)."""
+        names = ", ".join(f'"{name}"' for name in _NAMES)
+        self._run(f"CREATE TABLE bs_t AS SELECT ord, {names} FROM ({coded_query(self.dialect)})")
+        self._run(f"""
+            UPDATE bs_t SET self = CAST(greatest(0, bs_t.self - x.ns) AS BIGINT)
+            FROM ({overhead_query("bs_t")}) x WHERE x.ord = bs_t.ord""")
 
     def _fetch(self, sql: str) -> dict[str, Any]:
         """The rows of ``sql`` as one numpy array per column."""
         return self._run(sql).fetchnumpy()  # type: ignore[no-any-return]
+
+    def _batches(self, sql: str) -> Iterator[dict[str, Any]]:
+        """The rows of ``sql`` in batches of :data:`_BATCH_ROWS`, each one numpy array per column
+        (a relation's reader: read as the batches are taken, so no progress is polled)."""
+        for batch in self.con.sql(sql).to_arrow_reader(_BATCH_ROWS):
+            yield {name: column.to_numpy() for name, column in zip(batch.schema.names, batch.columns)}
 
     def _what(self) -> str:
         return self.files[0] if len(self.files) == 1 else f"{len(self.files)} files"
@@ -370,11 +426,10 @@ class _Session:
         con.execute(f"CREATE TEMP VIEW bs_reasoned AS SELECT *, {impossible_reason()} AS reason FROM bs_source")
         con.execute("CREATE TEMP VIEW bs_valid AS SELECT * FROM bs_reasoned WHERE reason IS NULL")
 
-    def _impossible(self) -> tuple[dict[str, int], list[str]]:
-        """Impossible spans by reason, and the readers' line for each file that had some."""
-        counts = self.query(
-            "SELECT file, reason, count(*) FROM bs_reasoned GROUP BY file, reason ORDER BY file, reason"
-        )
+    def _impossible(self, counts: list[tuple[int, str | None, int]]) -> tuple[dict[str, int], list[str]]:
+        """Impossible spans by reason, and the readers' line for each file that had some, from
+        the rows of each file and reason (``None``: the valid ones)."""
+        counts = sorted(counts, key=lambda row: (row[0], row[1] or ""))
         valid = [0] * len(self.files)
         dropped: list[dict[str, int]] = [{} for _ in self.files]
         for file, reason, count in counts:
@@ -398,16 +453,13 @@ class _Session:
                     total[reason] = total.get(reason, 0) + n
         return total, notes
 
-    def _codes(self, builder: TableBuilder) -> None:
-        """The code lists, from the first span of each key through ``builder`` in row order, and
-        the tables that map every span's key to its codes (``bs_*_codes``)."""
-        firsts = self.query(
-            f"SELECT {', '.join(_FIRST_COLUMNS)} FROM bs_valid WHERE ord IN ({first_rows_query()}) ORDER BY ord"
-        )
+    def _codes(self, builder: TableBuilder, firsts: list[tuple[Any, ...]]) -> None:
+        """The code lists, from the first span of each key (its ``FIRST_COLUMNS``, in row order)
+        through ``builder``, and the tables that map every span's key to its codes (``bs_*_codes``)."""
         resources: dict[Any, Any] = {}
         ops, ranks, lanes, launches = {}, {}, {}, {}
         for first in firsts:
-            _, name, kind, category, brick, resource, clock, ordinal, stream, grid, block, smem = first
+            name, kind, category, brick, resource, clock, ordinal, stream, grid, block, smem = first
             holder = resources.get(resource)
             if holder is None:
                 holder = resources[resource] = types.SimpleNamespace(attributes=_attributes(resource))

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from brickscope.analysis._backend import get_backend
-from brickscope.analysis._duckdb import _ORD_SHIFT, _Session
+from brickscope.analysis._duckdb import _NAMES, _ORD_SHIFT, _Session
 from brickscope.analysis._load import AnalysisError
 from brickscope.analysis._model import Report
-from brickscope.analysis._sql import SOURCE_COLUMNS, SPARK, impossible_reason
+from brickscope.analysis._sql import SOURCE_COLUMNS, SPARK, impossible_reason, spans_query, unions_query
 from brickscope.analysis._table import Table
 from brickscope.offline._errors import one_line
 from brickscope.offline._parquet_schema import (
@@ -312,13 +312,24 @@ class _SparkSession(_Session):
         )
         spark.sql("CREATE OR REPLACE TEMP VIEW bs_valid AS SELECT * FROM bs_reasoned WHERE reason IS NULL")
 
-    def _materialize(self, name: str, sql: str) -> None:
-        # cached on the executors (memory, then their disks): the sections read it many times
-        self.con.sql(f"CACHE TABLE {name} AS {sql}")
+    def _spans_table(self) -> None:
+        # cached on the executors (memory, then their disks): the sections read it many times;
+        # a cached table cannot be updated, so the overhead spans come off in the same query
+        names = ", ".join(f'"{name}"' for name in _NAMES)
+        self.con.sql(f"CACHE TABLE bs_t AS SELECT ord, {names} FROM ({spans_query(SPARK)})")
 
     def _fetch(self, sql: str) -> dict[str, Any]:
         table = self.con.sql(sql).toArrow()
         return {name: table.column(name).to_numpy() for name in table.column_names}
+
+    def unions(self, intervals: str) -> dict[int, tuple[int, int, int]]:
+        """As the DuckDB session's, in SQL on the executors (a window's running maximum): no
+        interval is brought to the driver."""
+        rows = self.query(unions_query(intervals))
+        return {g: (int(count), int(work), int(total)) for g, count, work, total in rows}
+
+    def _batches(self, sql: str) -> Iterator[dict[str, Any]]:
+        yield self._fetch(sql)  # Arrow to the driver: one batch
 
 
 def _read(spark: Any, inputs: list[str]) -> Any:

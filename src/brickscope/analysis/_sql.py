@@ -70,12 +70,15 @@ class Dialect:
         json_has: a format string ``{column}``/``{key}``: whether a JSON object column has the member ``key``.
         list_product: a format string ``{column}`` of the product of a list of integers
             (1 for an empty list).
+        value_at_min: a format string ``{value}``/``{order}`` of the aggregate: ``value`` on
+            the row of the least ``order``, NULL when it is NULL there.
     """
 
     name: str
     null_safe_equal: str
     json_has: str
     list_product: str
+    value_at_min: str
 
     def equal(self, a: str, b: str) -> str:
         return self.null_safe_equal.format(a=a, b=b)
@@ -86,12 +89,17 @@ class Dialect:
     def product(self, column: str) -> str:
         return self.list_product.format(column=column)
 
+    def at_min(self, value: str, order: str) -> str:
+        return self.value_at_min.format(value=value, order=order)
+
 
 DUCKDB = Dialect(
     name="duckdb",
     null_safe_equal="{a} IS NOT DISTINCT FROM {b}",
     json_has="json_exists({column}, '$.\"{key}\"')",
     list_product="list_reduce(list_prepend(CAST(1 AS BIGINT), {column}), lambda x, y: x * y)",
+    # arg_min skips the rows where the value is NULL; arg_min_null keeps them
+    value_at_min="arg_min_null({value}, {order})",
 )
 
 #: Spark SQL (4.0 or later: VARIANT for the JSON members). The queries' double-quoted
@@ -101,6 +109,7 @@ SPARK = Dialect(
     null_safe_equal="{a} <=> {b}",
     json_has="variant_get(try_parse_json({column}), '$[\"{key}\"]') IS NOT NULL",
     list_product="aggregate({column}, CAST(1 AS BIGINT), (acc, x) -> acc * x)",
+    value_at_min="min_by({value}, {order})",
 )
 
 _TILE_NS = tuple(f"tile_{level}_ns" for level in A.TILE_LEVELS)
@@ -136,16 +145,42 @@ def untyped_query(d: Dialect) -> str:
         WHERE attributes IS NOT NULL AND ({found})"""
 
 
-def first_rows_query() -> str:
-    """The order keys of the first valid span of each distinct key the code lists are made
-    of (over the view ``bs_valid``): operation, resource, GPU lane, kernel launch."""
+#: The source columns the first span of a key is read with, for the code lists' builder.
+FIRST_COLUMNS = (
+    "name", "kind", "category", "brick_name", "resource", "clock", "device_ordinal", "stream",
+    "kernel_grid", "kernel_block", "kernel_shared_mem_bytes",
+)  # fmt: skip
+#: The groups of :func:`census_query`: per file and reason, then the keys the code lists are
+#: made of (operation, resource, GPU lane, kernel launch).
+CENSUS_REASONS, CENSUS_OPERATIONS, CENSUS_RESOURCES, CENSUS_LANES, CENSUS_LAUNCHES = range(5)
+
+
+def census_query(d: Dialect) -> str:
+    """One pass over the view ``bs_reasoned``: the rows per file and reason (``reason`` NULL:
+    the valid ones), and the first valid span of each distinct key the code lists are made of,
+    with its :data:`FIRST_COLUMNS`: ``census, file, reason, count, ord, *FIRST_COLUMNS``,
+    ``census`` one of the ``CENSUS_*`` groups. One scan of the files for all five groupings
+    (GROUPING SETS), where a query each would read them five times."""
     lane = f"clock IN ('{A.CLOCK_CUDA}', '{A.CLOCK_GPU}') AND device_ordinal IS NOT NULL"
+    census = (
+        f"CASE WHEN grouping(file) = 0 THEN {CENSUS_REASONS} WHEN grouping(name) = 0 THEN {CENSUS_OPERATIONS}"
+        f" WHEN grouping(stream) = 0 THEN {CENSUS_LANES} WHEN grouping(resource) = 0 THEN {CENSUS_RESOURCES}"
+        f" ELSE {CENSUS_LAUNCHES} END"
+    )
+    firsts = ", ".join(f"{d.at_min(c, 'ord')} AS {c}" for c in FIRST_COLUMNS)
     return f"""
-        SELECT min(ord) AS ord FROM bs_valid GROUP BY kind, name, category, brick_name
-        UNION SELECT min(ord) FROM bs_valid GROUP BY resource
-        UNION SELECT min(ord) FROM bs_valid WHERE {lane} GROUP BY resource, device_ordinal, stream
-        UNION SELECT min(ord) FROM bs_valid WHERE kind = '{A.SCOPE_KIND_KERNEL}'
-            GROUP BY kernel_grid, kernel_block, kernel_shared_mem_bytes"""
+        SELECT census, file, reason, n, ord, {", ".join(FIRST_COLUMNS)} FROM (
+            SELECT {census} AS census, file, reason, count(*) AS n, min(ord) AS ord, {firsts},
+                valid, lane, launch
+            FROM (
+                SELECT *, reason IS NULL AS valid, reason IS NULL AND {lane} AS lane,
+                    reason IS NULL AND kind = '{A.SCOPE_KIND_KERNEL}' AS launch
+                FROM bs_reasoned) r
+            GROUP BY GROUPING SETS ((file, reason), (valid, kind, name, category, brick_name), (valid, resource),
+                (lane, resource, device_ordinal, stream), (launch, kernel_grid, kernel_block, kernel_shared_mem_bytes))
+        ) g
+        WHERE census = {CENSUS_REASONS} OR (census IN ({CENSUS_OPERATIONS}, {CENSUS_RESOURCES}) AND valid)
+            OR (census = {CENSUS_LANES} AND lane) OR (census = {CENSUS_LAUNCHES} AND launch)"""
 
 
 def _dtype_bytes() -> str:
@@ -158,8 +193,9 @@ def _dtype_bytes() -> str:
     return f"CASE {name} {cases} END"
 
 
-def spans_query(d: Dialect) -> str:
-    """Every valid span as the analysis table's row: the columns of :data:`COLUMNS` plus
+def coded_query(d: Dialect) -> str:
+    """Every valid span as the analysis table's row before the overhead spans come off their
+    parents' self time (:func:`overhead_query`): the columns of :data:`COLUMNS` plus
     ``duration``, ``comm`` and ``ord`` (the in-memory engine's row order), over the views
     ``bs_valid`` (the source rows that are not impossible, with ``ord`` and ``brick_name``)
     and the code tables ``bs_op_codes``, ``bs_rank_codes``, ``bs_lane_codes`` and
@@ -174,13 +210,13 @@ def spans_query(d: Dialect) -> str:
         f"CASE WHEN s.output_shape IS NULL OR s.dtype IS NULL THEN 0"
         f" ELSE coalesce({d.product('s.output_shape')} * ({_dtype_bytes().replace('dtype', 's.dtype')}), 0) END"
     )
-    coded = f"""
+    return f"""
         SELECT
             s.ord,
             o.op, o.kind_code AS kind, o.category_code AS category,
             s.start_ns AS start, s.end_ns AS "end",
             CASE WHEN o.kind_code = {KIND_BRICK} AND s.self_ns IS NOT NULL THEN s.self_ns
-                ELSE s.end_ns - s.start_ns END AS raw_self,
+                ELSE s.end_ns - s.start_ns END AS self,
             CASE s.clock WHEN '{A.CLOCK_CUDA}' THEN {CLOCK_CUDA_CODE} WHEN '{A.CLOCK_GPU}' THEN {CLOCK_GPU_CODE}
                 ELSE {CLOCK_HOST_CODE} END AS clock,
             CASE WHEN {gpu_clock} THEN l.device ELSE -1 END AS device,
@@ -193,7 +229,7 @@ def spans_query(d: Dialect) -> str:
             CASE WHEN o.kind_code = {KIND_KERNEL} THEN coalesce(k.launch, -1) ELSE -1 END AS launch,
             coalesce(s.kernel_source_hash, 0) AS source, coalesce(s.output_checksum, 0) AS checksum,
             {tiles},
-            o.comm
+            s.end_ns - s.start_ns AS duration, o.comm
         FROM bs_valid s
         JOIN bs_op_codes o ON {d.equal("o.kind_name", "s.kind")} AND o.name = s.name
             AND {d.equal("o.category_name", "s.category")} AND {d.equal("o.brick_name", "s.brick_name")}
@@ -202,19 +238,46 @@ def spans_query(d: Dialect) -> str:
             AND l.device_ordinal = s.device_ordinal AND {d.equal("l.stream", "s.stream")}
         LEFT JOIN bs_launch_codes k ON {d.equal("k.grid", "s.kernel_grid")}
             AND {d.equal("k.block", "s.kernel_block")} AND {d.equal("k.smem", "s.kernel_shared_mem_bytes")}"""
-    # brickscope's own work is not its parent's (TableBuilder's _exclude_overhead): each
-    # overhead span's interval clipped to a host-clock, non-brick parent's comes off its self time
-    deduct = f"""
+
+
+def overhead_query(coded: str) -> str:
+    """What comes off each span's self time for the overhead spans under it: ``ord, ns`` over
+    ``coded`` (a table or view of :func:`coded_query`'s rows). brickscope's own work is not its
+    parent's (TableBuilder's ``_exclude_overhead``): each overhead span's interval clipped to a
+    host-clock, non-brick parent's."""
+    return f"""
         SELECT p.ord, sum(least(o."end", p."end") - greatest(o.start, p.start)) AS ns
-        FROM bs_coded o JOIN bs_coded p ON p.span_id = o.parent_id
+        FROM {coded} o JOIN {coded} p ON p.span_id = o.parent_id
         WHERE o.kind = {KIND_OVERHEAD} AND p.kind <> {KIND_BRICK} AND p.clock = {CLOCK_HOST_CODE}
             AND least(o."end", p."end") - greatest(o.start, p.start) > 0
         GROUP BY p.ord"""
+
+
+def spans_query(d: Dialect) -> str:
+    """Every valid span as the analysis table's row: :func:`coded_query`'s, with the overhead
+    spans' time taken off their parents' self time (never below 0), in one query."""
     columns = ", ".join(
-        "CAST(greatest(0, c.raw_self - coalesce(x.ns, 0)) AS BIGINT) AS self" if name == "self" else f'c."{name}"'
+        "CAST(greatest(0, c.self - coalesce(x.ns, 0)) AS BIGINT) AS self" if name == "self" else f'c."{name}"'
         for name in COLUMNS
     )
     return f"""
-        WITH bs_coded AS ({coded}), bs_deduct AS ({deduct})
-        SELECT c.ord, {columns}, c."end" - c.start AS duration, c.comm
+        WITH bs_coded AS ({coded_query(d)}), bs_deduct AS ({overhead_query("bs_coded")})
+        SELECT c.ord, {columns}, c.duration, c.comm
         FROM bs_coded c LEFT JOIN bs_deduct x ON x.ord = c.ord"""
+
+
+def unions_query(intervals: str) -> str:
+    """Per group ``g`` of ``intervals`` (a query of ``g, s, e, w``; ``w`` 1 for work, 0 for a
+    window): ``g``, the work intervals' count, the length of their union, and the length of the
+    union of all its intervals; one sort of the group's intervals for both unions."""
+    # in start order, each interval adds what it reaches past the running maximum of the ends
+    # before it (of the work intervals before it, for the work's union); ends never precede starts
+    before = "OVER (PARTITION BY g ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
+    return f"""
+        WITH iv AS ({intervals}),
+        o AS (SELECT g, s, e, w, max(e) {before} AS reach, max(CASE WHEN w = 1 THEN e END) {before} AS work_reach
+            FROM iv)
+        SELECT g, sum(w),
+            sum(CASE WHEN w = 1 THEN greatest(0, e - greatest(s, coalesce(work_reach, s))) ELSE 0 END),
+            sum(greatest(0, e - greatest(s, coalesce(reach, s))))
+        FROM o GROUP BY g"""

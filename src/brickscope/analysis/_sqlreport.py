@@ -68,8 +68,8 @@ _INSTANCE = "op, duration, self, start, step, layer, rank, device, stream, span_
 _UNSIGNED = "span_id < 0, span_id"  # ORDER BY: the signed ids in unsigned order
 _WORK = f"kind IN ({KIND_BRICK}, {KIND_KERNEL})"
 _GPU = f"clock IN ({CLOCK_CUDA_CODE}, {CLOCK_GPU_CODE})"
-#: Whole float sums are exact in any order below this; beyond it flops are summed in row order.
-_EXACT_FLOAT = float(1 << 53)
+#: The floats below this convert to BIGINT (2**62, a float exactly).
+_BIGINT_FLOAT = float(1 << 62)
 
 
 class Session(Protocol):
@@ -89,6 +89,15 @@ class Session(Protocol):
     def sorted_groups(self, source: str) -> list[tuple[int, Any]]:
         """Per key of ``source`` (a query of ``key, value``), in key order: its values sorted, as
         an ``array.array`` of int64."""
+
+    def sequential_sums(self, source: str, groups: int) -> list[float]:
+        """Per group code ``0..groups-1`` of ``source`` (a query of ``g, value`` in row order):
+        its float values added one by one in that order."""
+
+    def unions(self, intervals: str) -> dict[int, tuple[int, int, int]]:
+        """Per group ``g`` of ``intervals`` (a query of ``g, s, e, w``; ``w`` 1 for work, 0 for a
+        window): the work intervals' count, the length of their union, and the length of the
+        union of all its intervals."""
 
 
 class SqlAnalysis:
@@ -386,19 +395,8 @@ class SqlAnalysis:
     def _unions(self, intervals: str) -> dict[int, tuple[int, int, int]]:
         """Per group ``g`` of ``intervals`` (a query of ``g, s, e, w``; ``w`` 1 for work, 0 for a
         window): the work intervals' count, the length of their union, and the length of the
-        union of all its intervals; one sort of the group's intervals for both unions."""
-        # in start order, each interval adds what it reaches past the running maximum of the ends
-        # before it (of the work intervals before it, for the work's union); ends never precede starts
-        before = "OVER (PARTITION BY g ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
-        rows = self.s.query(f"""
-            WITH iv AS ({intervals}),
-            o AS (SELECT g, s, e, w, max(e) {before} AS reach, max(CASE WHEN w = 1 THEN e END) {before} AS work_reach
-                FROM iv)
-            SELECT g, sum(w),
-                sum(CASE WHEN w = 1 THEN greatest(0, e - greatest(s, coalesce(work_reach, s))) ELSE 0 END),
-                sum(greatest(0, e - greatest(s, coalesce(reach, s))))
-            FROM o GROUP BY g""")
-        return {g: (int(count), int(work), int(total)) for g, count, work, total in rows}
+        union of all its intervals (the session's :meth:`Session.unions`)."""
+        return self.s.unions(intervals)
 
     def _lane_stats(self, lane: str, work: str, windows: str) -> tuple[list[int], list[int], list[int]]:
         """Count, busy and idle-in-steps per code of ``lane`` (``n`` codes): ``work`` the lane's
@@ -469,26 +467,33 @@ class SqlAnalysis:
         return memory_of(self.t, count, total, largest, None, 0, min_share)
 
     def _roofline(self, peaks: dict[str, Peak] | None) -> tuple[Any, ...]:
+        """Per (op code, device code): bytes and self time summed in SQL, and flops as the
+        in-memory engine sums them, floats added in row order. Where that order cannot change
+        the sum, SQL sums them exactly: whole flops, each a multiple of ``2**k`` (the lowest bit
+        of any of them), whose total (flops are never negative: a negative amount is an
+        impossible span) is at most ``2**(53 + k)``, so every partial sum is a float. The other
+        groups' flops are fetched in row order, as numpy arrays a batch at a time."""
         carrying = f"{_WORK} AND NOT (bytes < 1 AND flops < 1e-300)"
-        groups = {
-            (op, device): [0.0, int(nbytes), int(time_ns)]
-            for op, device, nbytes, time_ns in self.s.query(
-                f"SELECT op, device, sum(bytes), sum(self) FROM bs_sel WHERE {carrying} GROUP BY op, device"
+        small = f"CAST(CASE WHEN flops < {_BIGINT_FLOAT!r} THEN flops ELSE 0 END AS BIGINT)"
+        groups, inexact = {}, []
+        for op, device, nbytes, time_ns, whole, largest, low, total in self.s.query(f"""
+            SELECT op, device, sum(bytes), sum(self), bool_and(flops = floor(flops)), max(flops), bit_or({small}),
+                sum(CAST({small} AS DECIMAL(38, 0)))
+            FROM bs_sel WHERE {carrying} GROUP BY op, device"""):
+            exact = whole and largest < _BIGINT_FLOAT and int(total) <= (1 << 53) * (low & -low or 1)
+            groups[(op, device)] = [float(int(total)) if exact else 0.0, int(nbytes), int(time_ns)]
+            if not exact:
+                inexact.append((op, device))
+        if inexact:
+            lanes = len(self.t.devices) + 1  # device -1: off the GPU
+            self.s.upload("bs_inexact", "op BIGINT, device BIGINT", inexact)
+            sums = self.s.sequential_sums(
+                f"SELECT w.op * {lanes} + w.device + 1 AS g, w.flops AS value FROM bs_sel w"
+                f" JOIN bs_inexact x ON x.op = w.op AND x.device = w.device WHERE {carrying} ORDER BY w.ord",
+                len(self.t.operations) * lanes,
             )
-        }
-        whole, magnitude = self.s.query(
-            f"SELECT bool_and(flops = floor(flops)), sum(abs(flops)) FROM bs_sel WHERE {carrying}"
-        )[0]
-        if whole is None or (whole and magnitude < _EXACT_FLOAT):  # whole sums: exact in any order
-            for op, device, flops in self.s.query(
-                f"SELECT op, device, sum(CAST(flops AS BIGINT)) FROM bs_sel WHERE {carrying} GROUP BY op, device"
-            ):
-                groups[(op, device)][0] = float(flops)
-        else:  # a float sum depends on its order: the in-memory engine's, row by row
-            for op, device, flops in self.s.query(
-                f"SELECT op, device, flops FROM bs_sel WHERE {carrying} AND flops <> 0 ORDER BY ord"
-            ):
-                groups[(op, device)][0] += flops
+            for op, device in inexact:
+                groups[(op, device)][0] = sums[op * lanes + device + 1]
         return points_of(self.t, {key: tuple(value) for key, value in groups.items()}, peaks)  # type: ignore[misc]
 
     def _tiles(self) -> tuple[Any, ...]:
