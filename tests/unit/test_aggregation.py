@@ -162,12 +162,13 @@ class TestReport:
 
 
 class TestHistogramBuckets:
-    def test_brick_durations_spread_over_microsecond_buckets(self):
-        """The duration histogram's buckets are in seconds from 1 us, so a 2 ms brick is not in the first bucket."""
+    def test_brick_durations_spread_over_microsecond_buckets(self, clock):
+        """The duration histogram's buckets are in seconds from 1 us, so a 2 ms brick (the
+        driven clock moved by 2 ms inside it) is not in the first bucket."""
         reader = InMemoryMetricReader()
         with capture_spans(meter_provider=MeterProvider(metric_readers=[reader])):
             with bs.brick("rms_norm"):
-                time.sleep(0.002)
+                clock.now += 2_000_000
             bs.sync()
             data = reader.get_metrics_data()
         (point,) = [
@@ -176,7 +177,8 @@ class TestHistogramBuckets:
         ]
         assert point.explicit_bounds[0] == pytest.approx(1e-6)
         index = next(i for i, count in enumerate(point.bucket_counts) if count)
-        assert 1e-3 <= point.explicit_bounds[index - 1] and point.explicit_bounds[index] <= 1e-2
+        assert 1e-3 <= point.explicit_bounds[index - 1] < 2e-3 <= point.explicit_bounds[index] <= 1e-2
+        assert sum(point.bucket_counts) == 1
 
 
 class TestOneCategoryRule:
