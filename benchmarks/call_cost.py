@@ -36,18 +36,14 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
+
+from _callgrind import load_example, run_callgrind
 
 PER_CALL_TARGET_NS = 2000.0
 # The tiny model: (GPT arguments, batch, context). 24 instrumented module calls a pass: the model,
@@ -59,16 +55,6 @@ REGIONS = ("bare", "brickscope", "bare", "brickscope")  # in this order, after t
 def marker() -> None:
     """Where callgrind cuts a region (``--dump-before=getppid``)."""
     os.getppid()
-
-
-def load_example() -> Any:
-    """examples/torch_gpt.py as a module (its GPT model and its batches)."""
-    path = Path(__file__).resolve().parents[1] / "examples" / "torch_gpt.py"
-    spec = importlib.util.spec_from_file_location("torch_gpt", path)
-    assert spec is not None and spec.loader is not None
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    return example
 
 
 def workload(warmup: int) -> tuple[Any, int]:
@@ -143,25 +129,11 @@ def timed(steps: int, warmup: int, repeats: int) -> tuple[float, int, dict[str, 
 
 def counted(steps: int, warmup: int) -> list[int]:
     """Instructions of each region of :func:`child`, from callgrind's dumps."""
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        raise SystemExit("call_cost: valgrind is not installed (apt-get install valgrind)")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "callgrind.out"
-        command = [
-            valgrind, "--tool=callgrind", "--dump-before=getppid", f"--callgrind-out-file={out}",
-            sys.executable, __file__, "--child", "--steps", str(steps), "--warmup", str(warmup),
-        ]  # fmt: skip
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        parts = {}
-        for dump in Path(tmp).glob("callgrind.out*"):
-            text = dump.read_text(errors="replace")
-            part = re.search(r"^part: (\d+)", text, re.M)
-            totals = re.search(r"^(?:totals|summary): (\d+)", text, re.M)
-            if part and totals:
-                parts[int(part.group(1))] = int(totals.group(1))
+    totals, _ = run_callgrind(
+        "call_cost", [sys.executable, __file__, "--child", "--steps", str(steps), "--warmup", str(warmup)]
+    )
     # part 1: start-up and warm-up (to the first marker); then one part per region; the last: exit
-    ordered = [parts[k] for k in sorted(parts)]
+    ordered = [totals[k] for k in sorted(totals)]
     if len(ordered) < len(REGIONS) + 1:
         raise SystemExit(f"call_cost: callgrind wrote {len(ordered)} dumps, expected {len(REGIONS) + 2}")
     return ordered[1 : 1 + len(REGIONS)]

@@ -30,13 +30,11 @@ import argparse
 import json
 import os
 import platform
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from _callgrind import load_example, run_callgrind
 
 REGIONS = ("minimal", "brickscope", "brickscope_handoff")
 
@@ -69,7 +67,7 @@ def brickscope_spans(passes: int) -> list[Any]:
     provider = TracerProvider()
     provider.add_span_processor(keep)
     session = bs.configure(provider, clock="host", max_delay_millis=1e9, aggregate=False)
-    example = call_cost.load_example()
+    example = load_example()
     torch.set_num_threads(1)
     arguments, batch, context = call_cost.MODEL
     torch.manual_seed(0)
@@ -169,26 +167,10 @@ def child(passes: int) -> None:
 
 def counted(passes: int) -> tuple[list[int], int]:
     """(instructions of each region, spans a region), from callgrind's dumps."""
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        raise SystemExit("export_floor: valgrind is not installed (apt-get install valgrind)")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "callgrind.out"
-        command = [
-            valgrind, "--tool=callgrind", "--dump-before=getppid", f"--callgrind-out-file={out}",
-            sys.executable, __file__, "--child", "--passes", str(passes),
-        ]  # fmt: skip
-        done = subprocess.run(command, check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        count = json.loads(done.stdout.strip().splitlines()[-1])["spans_per_region"]
-        parts = {}
-        for dump in Path(tmp).glob("callgrind.out*"):
-            text = dump.read_text(errors="replace")
-            part = re.search(r"^part: (\d+)", text, re.M)
-            totals = re.search(r"^(?:totals|summary): (\d+)", text, re.M)
-            if part and totals:
-                parts[int(part.group(1))] = int(totals.group(1))
+    totals, stdout = run_callgrind("export_floor", [sys.executable, __file__, "--child", "--passes", str(passes)])
+    count = json.loads(stdout.strip().splitlines()[-1])["spans_per_region"]
     # markers open and close each region: parts 2, 4, 6, ... are the regions
-    ordered = [parts[k] for k in sorted(parts)]
+    ordered = [totals[k] for k in sorted(totals)]
     regions = ordered[1::2][: 2 * len(REGIONS)]
     if len(regions) < 2 * len(REGIONS):
         raise SystemExit(f"export_floor: callgrind wrote {len(ordered)} dumps, expected {4 * len(REGIONS) + 1}")

@@ -33,16 +33,15 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
+from _callgrind import load_example
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from torch.profiler import ProfilerActivity, profile
@@ -67,15 +66,6 @@ class DropExporter(SpanExporter):
 
     def export(self, spans: Any) -> SpanExportResult:
         return SpanExportResult.SUCCESS
-
-
-def load_example() -> Any:
-    path = Path(__file__).resolve().parents[1] / "examples" / "torch_gpt.py"
-    spec = importlib.util.spec_from_file_location("torch_gpt", path)
-    assert spec is not None and spec.loader is not None
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    return example
 
 
 def measure(example: Any, name: str, rounds: int, steps: int) -> dict[str, Any]:
