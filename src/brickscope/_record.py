@@ -80,7 +80,7 @@ TOP: ContextVar[Record | None] = ContextVar("brickscope_top", default=None)
 
 #: The ``ABI_VERSION`` of ``brickscope._hotpath`` this Python code was written for (what its
 #: registration calls pass, its key tables, its types' layouts): another build is refused.
-HOTPATH_ABI = 3
+HOTPATH_ABI = 4
 #: The scope hot path in C (``brickscope._hotpath``), or None: the Python code here, in
 #: ``_scope`` and in ``trace._recorder`` runs (the reference; see ``brickscope.native``).
 hotpath = native.load("brickscope._hotpath", abi=HOTPATH_ABI)

@@ -10,6 +10,8 @@ import threading
 import types
 
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 from brickscope import native
 from brickscope.analysis import _table
@@ -167,6 +169,20 @@ class TestSpanKeys:
         fields["fields"] = _spans._SPAN_FIELDS
         with pytest.raises(ValueError, match=message):
             hotpath.SpanMaker(**fields)
+
+    def test_the_span_maker_refuses_a_span_type_whose_fields_are_not_slots(self, hotpath, monkeypatch, caplog) -> None:
+        """It writes each field with one pointer store into the span type's slots: a type
+        without them (a plain ReadableSpan keeps its fields in a dict) is refused at set-up,
+        and the spans are built in Python."""
+        monkeypatch.setattr(_spans, "SPAN_TYPE", ReadableSpan)
+        builder = types.SimpleNamespace(
+            _id_generator=RandomIdGenerator(), _counts={}, _gpu_interval=None,
+            _provider=TracerProvider(shutdown_on_exit=False), _recorder=None,
+        )  # fmt: skip
+        with caplog.at_level(logging.WARNING):
+            assert _spans._span_maker(builder) is None
+        assert "span_type's field '_name' is not a writable slot" in caplog.text
+        assert "spans are built in Python" in caplog.text
 
 
 @pytest.fixture

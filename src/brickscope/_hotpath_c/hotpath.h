@@ -194,7 +194,7 @@ typedef struct {
 /* The version of what this extension expects from the Python beside it (the registration
  * calls' fields, the key tables, the types' layouts): brickscope._record states the one it
  * was written for, and brickscope.native.load refuses another. Raise it with any such change. */
-#define HOTPATH_ABI_VERSION 3
+#define HOTPATH_ABI_VERSION 4
 
 /* The CUDA version the driver entry points' typedefs (cuda.c) were written for: the
  * Python side asks cuGetProcAddress for them at this version (module constant CUDA_VERSION),

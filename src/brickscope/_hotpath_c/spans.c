@@ -58,6 +58,8 @@ typedef struct {
     PyObject *span_type, *context_type, *key_names, *keys, *fields, *clock_host, *clock_cuda, *epoch, *counts,
         *gpu_interval, *resolved, *resolve, *hash_of, *sampled, *trace_state, *span_kind, *status, *scope,
         *getrandbits, *id_lock, *assign_span_id, *id_generator, *provider, *recorder;
+    /* where span_type keeps each F_* field: the byte offset of its slot (a member descriptor) */
+    Py_ssize_t field_offsets[F_COUNT];
 } SpanMakerObject;
 
 #define SPANMAKER_FIELDS(X)                                                                                     \
@@ -629,13 +631,13 @@ static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyOb
     if (cache->resource == NULL && (cache->resource = PyObject_GetAttr(m->provider, s_resource)) == NULL) goto done;
     resource = Py_NewRef(cache->resource);
     PyObject *empty = g_empty_tuple;
-    if ((span = PyBaseObject_Type.tp_new((PyTypeObject *)m->span_type, empty, NULL)) == NULL) goto done;
-    /* stored as __init__ stores them, in its order: CPython keeps them in the instance's
-     * inline values (the class's shared keys), with no dict object */
+    /* what ReadableSpan.__init__ stores, written straight into span_type's slots (its fields are
+     * all slots, checked at set-up: the instance dict is never made) */
+    PyTypeObject *span_type = (PyTypeObject *)m->span_type;
+    if ((span = span_type->tp_alloc(span_type, 0)) == NULL) goto done;
     PyObject *values[F_COUNT] = {scope->name, context, m->span_kind, Py_None, m->scope, parent_context, start, end,
                                  attributes, empty, empty, resource, m->status};
-    for (int i = 0; i < F_COUNT; i++)
-        if (PyObject_GenericSetAttr(span, PyTuple_GET_ITEM(m->fields, i), values[i]) < 0) goto done;
+    for (int i = 0; i < F_COUNT; i++) *(PyObject **)((char *)span + m->field_offsets[i]) = Py_NewRef(values[i]);
     /* Left to reference counting, as the SpanContext: an ended span is read-only, and what it
      * holds (strings, ints, bools, the SpanContexts, a dict of attribute values, empty tuples)
      * or shares with every span (the kind, scope, resource and status) cannot refer back to
@@ -690,6 +692,29 @@ static PyObject *span_maker_build(SpanMakerObject *m, PyObject *arg) {
     return out;
 }
 
+/* The byte offset of each of `fields` in instances of `type`, into offsets: each must be a writable
+ * object slot (a member descriptor of type or a base, as `__slots__` makes), so that a span is
+ * made by tp_alloc and one pointer write a field. -1 with a TypeError naming the first that is not. */
+static int slot_offsets(PyTypeObject *type, PyObject *fields, Py_ssize_t *offsets) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
+        PyObject *name = PyTuple_GET_ITEM(fields, i);
+        PyObject *descr = PyObject_GetAttr((PyObject *)type, name); /* the class attribute: the descriptor */
+        if (descr == NULL) PyErr_Clear();
+        PyMemberDef *member = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)
+                                  ? ((PyMemberDescrObject *)descr)->d_member
+                                  : NULL;
+        int usable = member != NULL && member->type == T_OBJECT_EX && !(member->flags & READONLY) &&
+                     PyType_IsSubtype(type, PyDescr_TYPE(descr));
+        if (usable) offsets[i] = member->offset;
+        Py_XDECREF(descr);
+        if (!usable) {
+            PyErr_Format(PyExc_TypeError, "SpanMaker: span_type's field %R is not a writable slot", name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* SpanMaker(**fields): keyword arguments only, one per SPANMAKER_FIELDS (a missing or unknown
  * one is a TypeError naming it); key_names must be this build's SPAN_KEYS and fields its
  * SPAN_FIELDS, in order (a ValueError naming the first difference). */
@@ -714,6 +739,10 @@ static PyObject *span_maker_new(PyTypeObject *type, PyObject *args, PyObject *kw
         PyTuple_GET_SIZE(self->fields) != F_COUNT ||
         !PyDict_CheckExact(self->counts) || !PyDict_CheckExact(self->resolved) || g_kind_names == NULL) {
         PyErr_SetString(PyExc_TypeError, "SpanMaker: unexpected arguments (see sdk/trace/_spans.py)");
+        Py_DECREF(self);
+        return NULL;
+    }
+    if (slot_offsets((PyTypeObject *)self->span_type, self->fields, self->field_offsets) < 0) {
         Py_DECREF(self);
         return NULL;
     }

@@ -36,7 +36,7 @@ from opentelemetry.trace import SpanContext, SpanKind
 from brickscope import _otel_context, _record
 from brickscope._clock import EPOCH_OFFSET_NS, perf_counter_ns
 from brickscope._record import KIND_BRICK, KIND_STEP, Record
-from brickscope.sdk.trace._spans import INSTRUMENTATION_SCOPE
+from brickscope.sdk.trace._spans import INSTRUMENTATION_SCOPE, SPAN_TYPE
 from brickscope.trace.attributes import (
     CLOCK,
     CLOCK_HOST,
@@ -142,7 +142,7 @@ class HostIntervals:
         }
         context = _otel_context.sampled_context(trace_id, self._id_generator.generate_span_id())
         resource = self._provider.resource
-        span = ReadableSpan(
+        span = SPAN_TYPE(
             name=name,
             context=context,
             parent=parent,

@@ -64,6 +64,9 @@ logger = logging.getLogger(__name__)
 _UNSET = Status(StatusCode.UNSET)
 #: The instrumentation scope of every span brickscope builds (one object: identity tells ours).
 INSTRUMENTATION_SCOPE = InstrumentationScope("brickscope", __version__)
+#: The class of every span brickscope builds: ``SlottedReadableSpan`` (its type tells
+#: brickscope's spans from the application's), or ReadableSpan where its probe fails.
+SPAN_TYPE = _otel_internals.readable_span_type(INSTRUMENTATION_SCOPE)
 
 
 class SpanBuilder:
@@ -201,7 +204,7 @@ class SpanBuilder:
             status = Status(StatusCode.ERROR, f"{type_name}: {message}")
         context = self._span_context(rec)
         resource = self._provider.resource
-        span = ReadableSpan(
+        span = SPAN_TYPE(
             name=owner._name,
             context=context,
             parent=parent_context,
@@ -290,7 +293,7 @@ def _span_maker(builder: SpanBuilder) -> Any:
     random_ids = type(generator) is RandomIdGenerator and type(generator).generate_span_id is RandomIdGenerator.generate_span_id
     try:
         maker = hotpath.SpanMaker(
-            span_type=ReadableSpan, context_type=SpanContext, key_names=_MAKER_KEY_NAMES, keys=_MAKER_KEYS,
+            span_type=SPAN_TYPE, context_type=SpanContext, key_names=_MAKER_KEY_NAMES, keys=_MAKER_KEYS,
             fields=_SPAN_FIELDS, clock_host=CLOCK_HOST, clock_cuda=CLOCK_CUDA, epoch=EPOCH_OFFSET_NS,
             counts=builder._counts, gpu_interval=builder._gpu_interval,
             resolved=_catalog._resolved, resolve=_catalog.resolve, hash_of=_kernel_sources.hash_of,
