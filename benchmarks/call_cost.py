@@ -12,8 +12,10 @@ instruction counts do not. This script runs a fixed workload under
 brickscope is configured for both (host clock, spans resolved at each step's end, a ``BatchSpanProcessor`` to an exporter
 that drops the spans, the default CategoryAggregator), and every pass runs in its own
 ``bs.step(n)``; each region ends with ``force_flush()``, so the spans' building at the
-step's end, the hand-off to the processors and the batch processor's export are inside
-it (callgrind counts every thread). The difference between the regions over the
+step's end, the hand-off to the processors, the batch processor's export and the
+aggregator's rows going into the live report's table (a batch of up to 2,048 rows, which
+would otherwise land in whichever region fills it) are inside it (callgrind counts every
+thread). The difference between the regions over the
 instrumented module calls they made is brickscope's instructions a module call.
 
 Regions are cut by a marker (``os.getppid()``, called nowhere else) that callgrind dumps

@@ -135,6 +135,23 @@ class TestCategoryAggregator:
         assert counter.value == 32
         assert "rms_kernel_v2" not in repr(data)
 
+    def test_force_flush_hands_the_kept_rows_to_the_report_table(self):
+        """Rows wait in a batch (up to 2,048) before the report's table takes them; a flush
+        leaves none waiting, so a flushed session holds nothing but finished work."""
+        with capture_spans() as captured:
+            with bs.step(0):
+                for name in ("rms_norm", "attention_score", "ffn_up"):
+                    with bs.brick(name):
+                        pass
+            bs.sync()
+            aggregator = captured.session.aggregator
+            waiting = len(aggregator._row_batch)
+            assert waiting == len(captured.spans) == 4  # the step and its three bricks
+            assert aggregator.force_flush() is True
+            assert aggregator._row_batch == []
+            assert aggregator._rows.rows == 4
+            assert len(aggregator.table(backend="python")["start"]) == 4
+
 
 class TestReport:
     def test_text_markdown_and_json_agree(self):
