@@ -37,6 +37,7 @@
 #define TABLEROWS_ABI_VERSION 2
 
 #define N_TILES 9
+#define OP_CACHE 64 /* entries of a batch's operation-code cache (the slot: the top 6 bits of a hash) */
 
 /* The attribute keys a row is made of, in the order of the K_* slots, by the name of their
  * constant in brickscope/trace/attributes.py (the declaration), or the short keyword itself;
@@ -110,8 +111,10 @@ typedef struct {
      * batch of one program's spans mostly does): the code tables only grow during a call,
      * and an entry, once made, keeps its code. Keys compared by identity (the same objects
      * are the same key); the objects are held, so an identity cannot be reused meanwhile. */
-    PyObject *op_name, *op_category, *op_brick; /* NULL: nothing cached */
-    long long op_kind, op_code, category_code;
+    struct {
+        PyObject *name, *category, *brick; /* NULL: nothing cached in this entry */
+        long long kind, code, category_code;
+    } ops[OP_CACHE]; /* direct-mapped by the name's address: a batch interleaves a few dozen operations */
     PyObject *resource, *entry; /* the resource and its entry (resource, rank code, host, ...) */
     long long rank;
     PyObject *lane_ordinal, *lane_handle; /* with entry: the lane's key */
@@ -126,9 +129,11 @@ typedef struct {
 
 static void ctx_clear(Ctx *c) {
     for (int i = 0; i < N_KEYS / 2; i++) Py_CLEAR(c->seen_key[i]);
-    Py_CLEAR(c->op_name);
-    Py_CLEAR(c->op_category);
-    Py_CLEAR(c->op_brick);
+    for (int i = 0; i < OP_CACHE; i++) {
+        Py_CLEAR(c->ops[i].name);
+        Py_CLEAR(c->ops[i].category);
+        Py_CLEAR(c->ops[i].brick);
+    }
     Py_CLEAR(c->resource);
     Py_CLEAR(c->entry);
     Py_CLEAR(c->lane_ordinal);
@@ -223,6 +228,8 @@ static int store_call(Ctx *c, int column, Py_ssize_t row, PyObject *result) {
 /* Compare a str with a str constant: 1 equal, 0 not, -1 error. */
 static int same_text(PyObject *text, PyObject *constant) {
     if (text == constant) return 1;
+    /* two interned strings are equal only if they are one object (the constants are interned at setup) */
+    if (PyUnicode_CHECK_INTERNED(text) && PyUnicode_CHECK_INTERNED(constant)) return 0;
     return PyUnicode_Compare(text, constant) == 0 ? 1 : (PyErr_Occurred() ? -1 : 0);
 }
 
@@ -253,10 +260,13 @@ static int fast_row(Ctx *c, Py_ssize_t row, PyObject *const *head, PyObject *con
     } else {
         category_name = g_empty;
     }
+    /* the operation's codes: by identity from the cache entry of this name, else looked up and cached */
     long long op_code, category = -1;
-    if (c->op_name == name && c->op_category == category_name && c->op_brick == brick_name && c->op_kind == kind) {
-        op_code = c->op_code;
-        category = c->category_code;
+    size_t slot = (size_t)((((uint64_t)(uintptr_t)name >> 4) * 0x9E3779B97F4A7C15ull) >> 58); /* Fibonacci hash: 64 slots */
+    if (c->ops[slot].name == name && c->ops[slot].category == category_name && c->ops[slot].brick == brick_name &&
+        c->ops[slot].kind == kind) {
+        op_code = c->ops[slot].code;
+        category = c->ops[slot].category_code;
     } else {
         PyObject *key = PyTuple_Pack(4, g_kinds[kind], name, category_name, brick_name);
         if (key == NULL) return -1;
@@ -271,12 +281,12 @@ static int fast_row(Ctx *c, Py_ssize_t row, PyObject *const *head, PyObject *con
         } else if (code_of(category_code, &category) < 0) {
             return -1;
         }
-        Py_XSETREF(c->op_name, Py_NewRef(name));
-        Py_XSETREF(c->op_category, Py_NewRef(category_name));
-        Py_XSETREF(c->op_brick, Py_NewRef(brick_name));
-        c->op_kind = kind;
-        c->op_code = op_code;
-        c->category_code = category;
+        Py_XSETREF(c->ops[slot].name, Py_NewRef(name));
+        Py_XSETREF(c->ops[slot].category, Py_NewRef(category_name));
+        Py_XSETREF(c->ops[slot].brick, Py_NewRef(brick_name));
+        c->ops[slot].kind = kind;
+        c->ops[slot].code = op_code;
+        c->ops[slot].category_code = category;
     }
     /* start, end, self */
     int overflow = 0;
@@ -638,10 +648,11 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwargs) {
     }
     Py_INCREF(v[4]);
     Py_XSETREF(g_kind_codes, v[4]);
-    Py_INCREF(v[5]);
-    Py_XSETREF(g_cuda, v[5]);
-    Py_INCREF(v[6]);
-    Py_XSETREF(g_gpu, v[6]);
+    PyObject *clocks[2] = {Py_NewRef(v[5]), Py_NewRef(v[6])}; /* interned: same_text's shortcut */
+    for (int i = 0; i < 2; i++)
+        if (PyUnicode_CheckExact(clocks[i])) PyUnicode_InternInPlace(&clocks[i]);
+    Py_XSETREF(g_cuda, clocks[0]);
+    Py_XSETREF(g_gpu, clocks[1]);
     Py_INCREF(v[7]);
     Py_XSETREF(g_hash, v[7]);
     Py_INCREF(v[8]);

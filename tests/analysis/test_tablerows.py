@@ -245,3 +245,29 @@ def test_dicts_that_share_key_objects_in_changing_orders_make_the_same_rows(fast
 
     columns, _, rows, _, _ = _assert_same(fast, monkeypatch, fill)
     assert rows == len(dicts)
+
+
+def test_many_operations_interleaved_in_one_batch_make_the_same_rows(fast, monkeypatch):
+    """The C row maker keeps a batch's operation codes in a 64-entry cache by name object:
+    300 operations (more than its entries, so names share entries and evict each other),
+    equal names of different kinds and categories, and names that are equal but other
+    objects, interleaved in one batch, make the Python rows; each row names its own
+    operation."""
+    resource = RESOURCES[0]
+    names = [f"op{i}" for i in range(100)]
+    records = []
+    for i in range(900):
+        name = names[(i * 37) % 100] if i % 5 else "".join(names[i % 100])  # an equal copy every fifth row
+        kind, category = [("brick", "ffn"), ("brick", "attention"), ("kernel", "ffn")][i % 3]
+        attributes = {A.SCOPE_KIND: kind, A.BRICK_CATEGORY: category, A.CLOCK: A.CLOCK_HOST}
+        records.append((name, 10 * i, 10 * i + 5, i + 1, 0, resource, attributes))
+
+    def fill(builder):
+        builder.add_records(records)
+
+    columns, codes, rows, _, _ = _assert_same(fast, monkeypatch, fill)
+    assert rows == 900
+    operations = codes[0]
+    for i, record in enumerate(records):
+        op = operations[columns["op"][i]]
+        assert (op.name, op.category) == (record[0], record[6][A.BRICK_CATEGORY])
