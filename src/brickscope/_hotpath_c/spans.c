@@ -359,13 +359,6 @@ static PyObject *span_context_of(SpanMakerObject *m, RecordObject *rec, BuildCac
     return context;
 }
 
-static int set_key(PyObject *dict, PyObject *key, PyObject *value) {
-    if (value == NULL) return -1;
-    int rc = PyDict_SetItem(dict, key, value);
-    Py_DECREF(value);
-    return rc;
-}
-
 /* _widen_extent: grow rec's GPU extent to cover [start, end]. */
 static int widen_extent(RecordObject *rec, PyObject *start, PyObject *end) {
     int first_set = is_true(rec->gpu_first);
@@ -487,6 +480,22 @@ static int gpu_interval_fast(SpanMakerObject *m, RecordObject *rec, BuildCache *
 }
 
 
+/* A span's attributes dict: the keys vals[k] != NULL, in K_* order (the order the Python
+ * builder inserts them in), with those values. (Copying a template dict of the same keys and
+ * setting the values costs more: a value set on a present key costs about an insertion.) */
+static PyObject *attributes_dict(SpanMakerObject *m, PyObject *const *vals) {
+    PyObject *attributes = new_attributes_dict(GPU_BRICK_KEYS);
+    if (attributes == NULL) return NULL;
+    for (int k = 0; k < K_COUNT; k++) {
+        if (vals[k] != NULL && PyDict_SetItem(attributes, KEY(m, k), vals[k]) < 0) {
+            Py_DECREF(attributes);
+            return NULL;
+        }
+    }
+    return attributes;
+}
+
+
 /* The span of rec into built[0..2] (ReadableSpan, attributes, row; new references): 1.
  * 0: the Python builder takes rec (nothing changed). -1: failure. */
 static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyObject **built) {
@@ -511,19 +520,18 @@ static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyOb
     PyObject *enclosing = enclosing_of(m, rec, 0);
     if (enclosing == NULL) return PyErr_Occurred() ? -1 : 0;
     /* from here on the record is ours: no return to the Python builder */
-    PyObject *attributes = NULL, *host_start = NULL, *host_duration = NULL, *start = NULL, *end = NULL;
+    /* the attribute values by key (K_*; NULL: the span has no such key), borrowed or held in owned */
+    PyObject *vals[K_COUNT] = {NULL}, *owned[K_COUNT] = {NULL};
+    PyObject *attributes = NULL, *start = NULL, *end = NULL;
     PyObject *clock = m->clock_host, *parent_context = NULL, *context = NULL, *span = NULL;
     PyObject *resource = NULL;
     int out = -1;
-    if ((attributes = new_attributes_dict(GPU_BRICK_KEYS)) == NULL) goto done;
-    if ((host_start = PyNumber_Add(rec->host_start, m->epoch)) == NULL) goto done;
-    if ((host_duration = PyNumber_Subtract(rec->host_end, rec->host_start)) == NULL) goto done;
-    if (PyDict_SetItem(attributes, KEY(m, K_SCOPE_KIND), PyTuple_GET_ITEM(g_kind_names, kind)) < 0 ||
-        PyDict_SetItem(attributes, KEY(m, K_HOST_START_NS), host_start) < 0 ||
-        PyDict_SetItem(attributes, KEY(m, K_HOST_DURATION_NS), host_duration) < 0 ||
-        PyDict_SetItem(attributes, KEY(m, K_THREAD_ID), rec->thread_id) < 0 ||
-        PyDict_SetItem(attributes, KEY(m, K_THREAD_NAME), rec->thread_name) < 0)
-        goto done;
+#define OWN(k, value) (vals[k] = owned[k] = (value))
+    vals[K_SCOPE_KIND] = PyTuple_GET_ITEM(g_kind_names, kind);
+    if (OWN(K_HOST_START_NS, PyNumber_Add(rec->host_start, m->epoch)) == NULL) goto done;
+    if (OWN(K_HOST_DURATION_NS, PyNumber_Subtract(rec->host_end, rec->host_start)) == NULL) goto done;
+    vals[K_THREAD_ID] = rec->thread_id;
+    vals[K_THREAD_NAME] = rec->thread_name;
     if (start_mark >= 0) {
         long long gpu_start = 0, gpu_end = 0;
         int got = gpu_interval_fast(m, rec, cache, &gpu_start, &gpu_end);
@@ -554,15 +562,14 @@ static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyOb
                 if ((cache->handle = PyObject_GetAttr(rec->stream, s_handle)) == NULL) goto done;
                 cache->stream = Py_NewRef(rec->stream);
             }
-            if (set_key(attributes, KEY(m, K_GPU_DURATION_NS), PyNumber_Subtract(end, start)) < 0 ||
-                PyDict_SetItem(attributes, KEY(m, K_GPU_DEVICE_ID), cache->device) < 0 ||
-                PyDict_SetItem(attributes, KEY(m, K_GPU_STREAM_ID), cache->handle) < 0)
-                goto done;
+            if (OWN(K_GPU_DURATION_NS, PyNumber_Subtract(end, start)) == NULL) goto done;
+            vals[K_GPU_DEVICE_ID] = cache->device;
+            vals[K_GPU_STREAM_ID] = cache->handle;
         }
     }
     if (start == NULL) {
-        start = Py_NewRef(host_start);
-        if ((end = PyNumber_Add(host_start, host_duration)) == NULL) goto done;
+        start = Py_NewRef(vals[K_HOST_START_NS]);
+        if ((end = PyNumber_Add(vals[K_HOST_START_NS], vals[K_HOST_DURATION_NS])) == NULL) goto done;
     }
     if (start_mark < 0) {
         int gpu_timed = is_true(rec->gpu_first);
@@ -571,7 +578,7 @@ static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyOb
             Py_SETREF(start, Py_NewRef(rec->gpu_first));
             Py_SETREF(end, Py_NewRef(rec->gpu_last));
             clock = m->clock_cuda;
-            if (set_key(attributes, KEY(m, K_GPU_DURATION_NS), PyNumber_Subtract(end, start)) < 0) goto done;
+            if (OWN(K_GPU_DURATION_NS, PyNumber_Subtract(end, start)) == NULL) goto done;
         }
     }
     if (clock == m->clock_cuda && rec->link != Py_None) {
@@ -582,11 +589,10 @@ static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyOb
         if (widen_extent((RecordObject *)rec->link, start, end) < 0) goto done;
     }
     if (rec->gpu_error != Py_None) {
-        if (PyDict_SetItem(attributes, KEY(m, K_GPU_TIMING_ERROR), rec->gpu_error) < 0 ||
-            counts_add(m->counts, s_gpu_timing_errors) < 0)
-            goto done;
+        vals[K_GPU_TIMING_ERROR] = rec->gpu_error;
+        if (counts_add(m->counts, s_gpu_timing_errors) < 0) goto done;
     }
-    if (PyDict_SetItem(attributes, KEY(m, K_CLOCK), clock) < 0) goto done;
+    vals[K_CLOCK] = clock;
     PyObject *brick = PyTuple_GET_ITEM(enclosing, 0), *layer = PyTuple_GET_ITEM(enclosing, 1),
              *step = PyTuple_GET_ITEM(enclosing, 2);
     if (brick != Py_None) {
@@ -594,33 +600,32 @@ static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyOb
             PyErr_SetString(PyExc_TypeError, "brickscope: a brick's info is (name, category, builtin)");
             goto done;
         }
-        if (PyDict_SetItem(attributes, KEY(m, K_BRICK_NAME), PyTuple_GET_ITEM(brick, 0)) < 0 ||
-            PyDict_SetItem(attributes, KEY(m, K_BRICK_CATEGORY), PyTuple_GET_ITEM(brick, 1)) < 0)
-            goto done;
+        vals[K_BRICK_NAME] = PyTuple_GET_ITEM(brick, 0);
+        vals[K_BRICK_CATEGORY] = PyTuple_GET_ITEM(brick, 1);
     }
-    if (layer != Py_None && PyDict_SetItem(attributes, KEY(m, K_LAYER_INDEX), layer) < 0) goto done;
-    if (step != Py_None && PyDict_SetItem(attributes, KEY(m, K_STEP_NUMBER), step) < 0) goto done;
+    if (layer != Py_None) vals[K_LAYER_INDEX] = layer;
+    if (step != Py_None) vals[K_STEP_NUMBER] = step;
     if (kind == KIND_BRICK) {
         PyObject *duration = PyNumber_Subtract(end, start);
         if (duration == NULL) goto done;
-        PyObject *self_ns = self_time_of(m, rec, duration);
+        OWN(K_BRICK_SELF_DURATION_NS, self_time_of(m, rec, duration));
         Py_DECREF(duration);
-        if (set_key(attributes, KEY(m, K_BRICK_SELF_DURATION_NS), self_ns) < 0) goto done;
+        if (vals[K_BRICK_SELF_DURATION_NS] == NULL) goto done;
         int has_elements = is_true(scope->elements);
         if (has_elements < 0) goto done;
-        if (has_elements && PyDict_SetItem(attributes, KEY(m, K_BRICK_ELEMENTS), scope->elements) < 0) goto done;
+        if (has_elements) vals[K_BRICK_ELEMENTS] = scope->elements;
     } else if (kind == 3) {
-        if (PyDict_SetItem(attributes, KEY(m, K_KERNEL_NAME), scope->name) < 0) goto done;
+        vals[K_KERNEL_NAME] = scope->name;
         PyObject *source = PyObject_CallOneArg(m->hash_of, scope->name);
         if (source == NULL) goto done;
-        if (source != Py_None) {
-            PyObject *text = PyObject_Format(source, s_hex16);
+        if (source != Py_None && OWN(K_KERNEL_SOURCE_HASH, PyObject_Format(source, s_hex16)) == NULL) {
             Py_DECREF(source);
-            if (set_key(attributes, KEY(m, K_KERNEL_SOURCE_HASH), text) < 0) goto done;
-        } else {
-            Py_DECREF(source);
+            goto done;
         }
+        Py_DECREF(source);
     }
+#undef OWN
+    if ((attributes = attributes_dict(m, vals)) == NULL) goto done;
     if (scope->attributes != Py_None && PyDict_Update(attributes, scope->attributes) < 0) goto done;
     if (parent != Py_None) {
         if ((parent_context = span_context_of(m, (RecordObject *)parent, cache)) == NULL) goto done;
@@ -665,9 +670,8 @@ static int build_span(SpanMakerObject *m, PyObject *arg, BuildCache *cache, PyOb
     out = 1;
 done:
     Py_DECREF(enclosing);
+    for (int k = 0; k < K_COUNT; k++) Py_XDECREF(owned[k]);
     Py_XDECREF(attributes);
-    Py_XDECREF(host_start);
-    Py_XDECREF(host_duration);
     Py_XDECREF(start);
     Py_XDECREF(end);
     Py_XDECREF(parent_context);
