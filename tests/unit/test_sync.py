@@ -184,6 +184,58 @@ class TestNothingLost:
         subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
         assert json.loads(out.read_text()) == ["child_brick"]
 
+    @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+    def test_a_child_forked_while_a_thread_held_the_span_id_lock_still_gets_ids(self, tmp_path):
+        """Span ids are drawn under a lock; a thread of the parent holding it at the fork does
+        not exist in the child, so the child gets the lock free (it would wait forever for
+        its first span id). The parent script gives the child 30 s, then kills it."""
+        out = tmp_path / "child.json"
+        script = textwrap.dedent(
+            f"""
+            import json, os, sys, threading, time
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+            from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+            import brickscope as bs
+            from brickscope import _otel_context
+
+            exporter = InMemorySpanExporter()
+            provider = TracerProvider()
+            provider.add_span_processor(SimpleSpanProcessor(exporter))
+            bs.configure(provider, clock="host", max_delay_millis=60_000)
+            held, release = threading.Event(), threading.Event()
+
+            def hold():
+                with _otel_context._id_lock:
+                    held.set()
+                    release.wait()
+
+            threading.Thread(target=hold, daemon=True).start()
+            held.wait()
+            pid = os.fork()
+            if pid == 0:
+                with bs.step(0):
+                    with bs.brick("child_brick"):
+                        pass
+                bs.sync()
+                spans = exporter.get_finished_spans()
+                with open({str(out)!r}, "w") as f:
+                    json.dump([[s.name, s.context.span_id != 0] for s in spans], f)
+                os._exit(0)
+            release.set()
+            for _ in range(300):
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    sys.exit(0)
+                time.sleep(0.1)
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            sys.exit("the child hung")
+            """
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(out.read_text()) == [["child_brick", True], ["step", True]]
+
 
 class TestPacing:
     def test_a_burst_larger_than_the_batch_queue_is_not_dropped(self, monkeypatch):

@@ -260,12 +260,25 @@ static PyObject *id_lock_exit(IdLockObject *self, PyObject *const *args, Py_ssiz
 
 static PyObject *id_lock_locked(IdLockObject *self, PyObject *unused) { return PyBool_FromLong(self->held); }
 
+/* In a forked child: a new, free lock (as threading.Lock._at_fork_reinit). The thread that may
+ * have held the old one does not exist in the child; the old lock is left as it is (freeing a
+ * lock in an unknown state is not safe), a few bytes once per fork. */
+static PyObject *id_lock_at_fork_reinit(IdLockObject *self, PyObject *unused) {
+    PyThread_type_lock fresh = PyThread_allocate_lock();
+    if (fresh == NULL) return PyErr_NoMemory();
+    self->lock = fresh;
+    self->held = 0;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef id_lock_methods[] = {
     {"acquire", (PyCFunction)id_lock_enter, METH_NOARGS, "acquire(): wait for the lock and take it; True."},
     {"release", (PyCFunction)id_lock_release_method, METH_NOARGS, "release(): give the lock back."},
     {"__enter__", (PyCFunction)id_lock_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))id_lock_exit, METH_FASTCALL, NULL},
     {"locked", (PyCFunction)id_lock_locked, METH_NOARGS, "locked(): whether the lock is held."},
+    {"_at_fork_reinit", (PyCFunction)id_lock_at_fork_reinit, METH_NOARGS,
+     "_at_fork_reinit(): in a forked child, a new free lock (as threading.Lock's)."},
     {NULL}};
 
 PyTypeObject IdLockType = {
