@@ -20,7 +20,14 @@ the model as it is. Why not a pair of module hooks:
 
 Everything per module (the scope objects by the first argument's shape, dtype and stream, NVTX
 attributes, whether CUDA streams can occur at all) is decided once, at
-``instrument()``, and kept in closures; per-call state lives in locals.
+``instrument()``, and kept in closures (a :class:`Choice`); per-call state lives in locals.
+
+Where the C accelerator is built, the call runs in C (``brickscope._hotpath.module_call``:
+the partial wraps it with the module's ``forward`` and a ``ModuleCall`` holding the
+:class:`Choice`), without a Python frame of ours; the Python ``call`` below is the reference,
+and runs instead under ``BRICKSCOPE_PURE_PYTHON=1``, with NVTX ranges, and while a frame
+evaluator is installed (torch.compile's, so that Dynamo traces it as before). torch.compile
+traces :func:`_module_call_in_graph` in its place.
 """
 
 from __future__ import annotations
@@ -99,7 +106,7 @@ class Choice(NamedTuple):
     scopes: dict[Any, Any] | None
     #: ``make(key)``: the brick of a key not in ``scopes`` (kept there while it holds fewer
     #: than 64); None for a layer.
-    make: Callable[[tuple], Any] | None
+    make: Callable[[tuple[Any, ...]], Any] | None
     #: The key has the current CUDA stream (or marks a graph capture): ``stream="current"``
     #: where CUDA tensors can occur.
     follow_stream: bool
@@ -219,7 +226,9 @@ def _plain_forward(module: nn.Module, replaced: Any) -> Any:
     return replaced if replaced is not None else types.MethodType(type(module).forward, module)
 
 
-def wrap_forward(module: nn.Module, choice: Choice, nvtx: Any = None, losses: bool | None = None) -> InstrumentedForward:
+def wrap_forward(
+    module: nn.Module, choice: Choice, nvtx: Any = None, losses: bool | None = None
+) -> InstrumentedForward:
     """An :class:`InstrumentedForward` running ``module``'s forward inside the scope ``choice`` picks.
 
     ``nvtx``: ``(push_range, pop_range, attributes)`` to mirror the scope into an NVTX range.
@@ -267,13 +276,13 @@ def wrap_forward(module: nn.Module, choice: Choice, nvtx: Any = None, losses: bo
             exit_scope(token)
             return result
 
-    if nvtx is None and _module_call is not None:  # the same call in C (_MODULE_CALL)
+    if nvtx is None and _accelerated is not None:  # the same call in C (_MODULE_CALL)
         follow = choice.follow_stream
-        state = hotpath.ModuleCall(
+        state = _accelerated.ModuleCall(
             timed=timed, plain=choice.plain, scopes=None if follow else choice.scopes,
             make=None if follow else choice.make, choose=choose if follow else None, reference=call,
         )  # fmt: skip
-        return _finish(InstrumentedForward(_module_call, forward, state), module, replaced, forward)
+        return _finish(InstrumentedForward(_accelerated.module_call, forward, state), module, replaced, forward)
     return _finish(InstrumentedForward(call), module, replaced, forward)
 
 
@@ -291,9 +300,9 @@ def _module_call_in_graph(forward: Any, state: Any, *args: Any, **kwargs: Any) -
     return forward(*args, **kwargs)
 
 
-def _load_module_call() -> Any:
-    """``brickscope._hotpath.module_call`` registered, or None (the Python ``call`` runs),
-    with the reason noted in ``brickscope.implementations()``."""
+def _load_module_call() -> types.ModuleType | None:
+    """``brickscope._hotpath`` with its ``module_call`` registered, or None (the Python ``call``
+    runs), with the reason noted in ``brickscope.implementations()``."""
     if hotpath is None:
         native.note(_MODULE_CALL, "python", native.implementations()["brickscope._hotpath"].reason)
         return None
@@ -307,10 +316,10 @@ def _load_module_call() -> Any:
     hotpath.init_module_calls(calls_globals=globals(), compiling_name="_is_compiling", tensor=_Tensor)
     substitute(hotpath.module_call, skip_signature_check=True)(_module_call_in_graph)
     native.note(_MODULE_CALL, "c")
-    return hotpath.module_call
+    return hotpath
 
 
 #: The part's name in ``brickscope.implementations()``: an instrumented module's call in C
 #: (``module_call``; the NVTX-mirroring call stays the Python one).
 _MODULE_CALL = "brickscope._hotpath.ModuleCall"
-_module_call = _load_module_call()
+_accelerated = _load_module_call()
