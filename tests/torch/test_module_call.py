@@ -216,3 +216,58 @@ class TestImplementation:
         assert native.implementations()[_calls._MODULE_CALL] == native.Implementation(
             "python", "this build of brickscope._hotpath has no module_call (rebuild it)"
         )
+
+
+class Boom(ValueError):
+    """An exception that can be weakly referenced (built-in ones cannot)."""
+
+
+class Echo(nn.Module):
+    """Returns its first argument; raises ``error()`` when given one."""
+
+    def forward(self, x=None, *args, error=None, **kwargs):
+        if error is not None:
+            raise error("boom")
+        return x
+
+
+class TestReferences:
+    def test_calls_leave_every_object_with_the_references_it_had(self, choices):
+        """A thousand calls of each kind (a cached brick, another shape, keywords, no tensor, no
+        argument, an error) leave their arguments, results, dtypes, bricks and the module with
+        the reference counts they had, and every exception raised freed: a reference the call
+        kept or dropped once a call would be off by a thousand."""
+        import gc
+        import sys
+        import weakref
+
+        model = Echo()
+        x, y, value = torch.zeros(300, 4), torch.zeros(2, 3, dtype=torch.int64), object()
+        raised = []
+        with capture_spans() as captured, bt.instrument(model):
+            brick = choices[0].plain
+
+            def calls() -> None:
+                assert model(x) is x
+                assert model(y, 1) is y
+                assert model(x, key=value) is x
+                assert model(value) is value
+                assert model() is None
+                try:
+                    model(x, error=Boom)
+                except Boom as exc:
+                    raised.append(weakref.ref(exc))
+
+            calls()  # the bricks of both shapes made and cached
+            captured.clear()
+            watched = (x, y, value, torch.float32, torch.int64, brick, model, *choices[0].scopes.values())
+            gc.collect()
+            before = [sys.getrefcount(o) for o in watched]
+            for _ in range(1000):
+                calls()
+            assert len(captured.bricks()) == 6000
+            captured.clear()
+            gc.collect()
+            after = [sys.getrefcount(o) for o in watched]
+        assert after == before
+        assert all(ref() is None for ref in raised)
