@@ -125,6 +125,22 @@ class TestScopeChosen:
         assert len(scopes) == 64
         assert [shape[0] for shape, _ in scopes] == list(range(1, 65))
 
+    def test_where_cuda_can_occur_the_stream_following_chooser_picks_the_brick(self, choices, monkeypatch):
+        """With CUDA available (stream="current"), the brick is keyed by (shape, dtype, stream);
+        a CPU tensor has no stream (None) and gets the same counts."""
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        model = nn.Identity()
+        with capture_spans() as captured, bt.instrument(model):
+            for x in (torch.zeros(4, 3), torch.zeros(4, 3), torch.zeros(6, dtype=torch.int64), "no tensor"):
+                model(x)
+            spans = captured.bricks()
+        assert elements(spans) == [4, 4, 6, None]
+        assert choices[0].follow_stream
+        assert [(tuple(shape), dtype, stream) for shape, dtype, stream in choices[0].scopes] == [
+            ((4, 3), torch.float32, None),
+            ((6,), torch.int64, None),
+        ]
+
     def test_a_layer_opens_its_one_scope(self):
         """A numbered block is a layer whatever it is called with."""
         model = TinyGPT(blocks=2)
