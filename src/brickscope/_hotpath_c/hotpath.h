@@ -83,7 +83,7 @@ extern uint64_t g_watched_generation;
 #define KIND_BRICK 2
 
 extern PyTypeObject RecordType, RecorderCoreType, ScopeBaseType, EntryType, FactoryType, MarkerType, FoldCellType,
-    FoldTableType, SpanMakerType, IdLockType;
+    FoldTableType, SpanMakerType, IdLockType, ModuleCallType;
 
 /* ---- Record ------------------------------------------------------------------ */
 
@@ -226,6 +226,12 @@ int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error);
 /* fold.c */
 int fold_table_fold(FoldTableObject *table, PyObject *rec);
 PyObject *fold_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+/* module.c: torch.compiler.is_compiling()'s flag (1, 0; -1 on error), and the builtin reading it */
+int torch_compiling_now(void);
+PyObject *torch_compiling(PyObject *module, PyObject *unused);
+/* forward.c */
+PyObject *init_module_calls(PyObject *module, PyObject *args, PyObject *kwargs);
+PyObject *module_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 /* scope.c */
 PyObject *make_factory(PyObject *module, PyObject *args);
 PyObject *hot_enter_scope(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);

@@ -139,17 +139,24 @@ static PyObject *init_torch_compiling(PyObject *module, PyObject *const *args, P
 /* torch_compiling(): what torch.compiler.is_compiling() answers when it runs as Python
  * (outside TorchScript, where is_scripting() is False: the flag), without its two Python
  * calls; torch.compile's tracing calls a substitute instead (brickscope._scope._compile). */
-static PyObject *torch_compiling(PyObject *module, PyObject *unused) {
+int torch_compiling_now(void) {
     if (g_torch_compiler_globals == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "torch_compiling: init_torch_compiling was not called");
-        return NULL;
+        return -1;
     }
     PyObject *flag = global_get(&g_torch_flag_cache, g_torch_compiler_globals, g_torch_flag_name);
     if (flag == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        return PyObject_CallNoArgs(g_torch_is_compiling); /* the flag is gone: ask torch */
+        if (PyErr_Occurred()) return -1;
+        PyObject *answer = PyObject_CallNoArgs(g_torch_is_compiling); /* the flag is gone: ask torch */
+        int set = answer == NULL ? -1 : PyObject_IsTrue(answer);
+        Py_XDECREF(answer);
+        return set;
     }
-    int set = PyObject_IsTrue(flag);
+    return PyObject_IsTrue(flag);
+}
+
+PyObject *torch_compiling(PyObject *module, PyObject *unused) {
+    int set = torch_compiling_now();
     if (set < 0) return NULL;
     return PyBool_FromLong(set);
 }
@@ -201,6 +208,11 @@ static PyMethodDef module_methods[] = {
     {"torch_compiling", (PyCFunction)torch_compiling, METH_NOARGS,
      "torch_compiling()\n--\n\ntorch.compiler.is_compiling()'s answer outside TorchScript and torch.compile's "
      "tracing, read from its flag (see brickscope.torch._calls)."},
+    {"init_module_calls", (PyCFunction)(void (*)(void))init_module_calls, METH_VARARGS | METH_KEYWORDS,
+     "init_module_calls(*, calls_globals, compiling_name, tensor) (brickscope.torch._calls)."},
+    {"module_call", (PyCFunction)(void (*)(void))module_call, METH_FASTCALL | METH_KEYWORDS,
+     "module_call(forward, state, *args, **kwargs)\n--\n\nAn instrumented module's forward: its scope "
+     "around the call (see brickscope.torch._calls)."},
     {"open_scope", (PyCFunction)(void (*)(void))hot_open_scope, METH_FASTCALL | METH_KEYWORDS,
      "open_scope(scope)\n--\n\nenter_scope for a caller that has just found torch.compiler.is_compiling() "
      "false (see brickscope._scope.open_scope)."},
@@ -270,15 +282,17 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
         (g_empty_tuple = PyTuple_New(0)) == NULL)
         return NULL;
     PyTypeObject *types[] = {&RecordType, &RecorderCoreType, &ScopeBaseType, &EntryType,
-                             &FactoryType, &MarkerType, &FoldTableType, &SpanMakerType, &IdLockType};
+                             &FactoryType, &MarkerType, &FoldTableType, &SpanMakerType, &IdLockType,
+                             &ModuleCallType};
     const char *names[] = {"Record", "RecorderCore", "ScopeBase", "Entry", "FactoryState", "CudaMarker", "FoldTable",
-                           "SpanMaker", "IdLock"};
+                           "SpanMaker", "IdLock", "ModuleCall"};
+    const int n_types = (int)(sizeof(types) / sizeof(types[0]));
     if (PyType_Ready(&FoldCellType) < 0) return NULL;
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < n_types; i++)
         if (PyType_Ready(types[i]) < 0) return NULL;
     PyObject *module = PyModule_Create(&hotpath_module);
     if (module == NULL) return NULL;
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < n_types; i++) {
         Py_INCREF(types[i]);
         if (PyModule_AddObject(module, names[i], (PyObject *)types[i]) < 0) {
             Py_DECREF(types[i]);

@@ -20,7 +20,14 @@ the model as it is. Why not a pair of module hooks:
 
 Everything per module (the scope objects by the first argument's shape, dtype and stream, NVTX
 attributes, whether CUDA streams can occur at all) is decided once, at
-``instrument()``, and kept in closures; per-call state lives in locals.
+``instrument()``, and kept in closures (a :class:`Choice`); per-call state lives in locals.
+
+Where the C accelerator is built, the call runs in C (``brickscope._hotpath.module_call``:
+the partial wraps it with the module's ``forward`` and a ``ModuleCall`` holding the
+:class:`Choice`), without a Python frame of ours; the Python ``call`` below is the reference,
+and runs instead under ``BRICKSCOPE_PURE_PYTHON=1``, with NVTX ranges, and while a frame
+evaluator is installed (torch.compile's, so that Dynamo traces it as before). torch.compile
+traces :func:`_module_call_in_graph` in its place.
 """
 
 from __future__ import annotations
@@ -29,12 +36,12 @@ import functools
 import math
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
-from brickscope import _state
+from brickscope import _state, native
 from brickscope._record import hotpath
 from brickscope._scope import Brick, Layer, exit_scope, open_scope
 from brickscope.torch import _losses
@@ -90,25 +97,34 @@ def is_capturing() -> bool:
     return torch.cuda.is_current_stream_capturing()
 
 
-def scope_chooser(mapped: Mapped, stream: Any, cuda: bool | None = None) -> Callable[[tuple], Any]:
-    """``choose(args) -> scope`` for one module: the scope object its call opens.
+class Choice(NamedTuple):
+    """What a module call's scope is chosen from, decided once per module (:func:`scope_choice`)."""
+
+    #: A layer's scope; for a brick, the one a call without a readable tensor argument opens.
+    plain: Any
+    #: A brick's scopes by the first argument's (shape, dtype[, stream]); None for a layer.
+    scopes: dict[Any, Any] | None
+    #: ``make(key)``: the brick of a key not in ``scopes`` (kept there while it holds fewer
+    #: than 64); None for a layer.
+    make: Callable[[tuple[Any, ...]], Any] | None
+    #: The key has the current CUDA stream (or marks a graph capture): ``stream="current"``
+    #: where CUDA tensors can occur.
+    follow_stream: bool
+
+
+def scope_choice(mapped: Mapped, stream: Any, cuda: bool | None = None) -> Choice:
+    """The :class:`Choice` for one module: how the scope its call opens is picked.
 
     Layers have one scope. A brick's scope carries the element count of the call's
     first tensor argument (rows: all dimensions but the last of a floating-point
     tensor, every element of an index tensor, so tokens for a transformer) and, on
-    CUDA with ``stream="current"``, the current torch stream. Never raises: a call it
-    cannot read opens the module's plain brick.
+    CUDA with ``stream="current"``, the current torch stream.
 
     ``cuda``: whether CUDA tensors can occur in this process (default:
     ``torch.cuda.is_available()``, asked once); without CUDA the stream is never looked at.
     """
     if mapped.kind == "layer":
-        layer = Layer(mapped.layer)
-
-        def choose_layer(args: tuple) -> Any:
-            return layer
-
-        return choose_layer
+        return Choice(Layer(mapped.layer), None, None, False)
 
     name, category = mapped.name, mapped.category
     attributes = {TORCH_MODULE_PATH: mapped.path}
@@ -116,12 +132,10 @@ def scope_chooser(mapped: Mapped, stream: Any, cuda: bool | None = None) -> Call
     plain = Brick(name, category, 0, fixed_stream, **attributes)
     if cuda is None:
         cuda = torch.cuda.is_available()
-    follow_stream = stream == "current" and cuda
     # Keyed by the first argument's (shape, dtype[, stream]): two attribute reads a call, where
     # numel(), is_floating_point() and dim() were three calls through torch's argument parser;
     # the element count is worked out once per key, when its scope is made.
     scopes: dict[Any, Any] = {}
-    stream_of, capturing = current_stream_handle, is_capturing
 
     def make(key: tuple) -> Any:
         shape, dtype = key[0], key[1]
@@ -137,7 +151,22 @@ def scope_chooser(mapped: Mapped, stream: Any, cuda: bool | None = None) -> Call
             scopes[key] = scope
         return scope
 
-    if not follow_stream:
+    return Choice(plain, scopes, make, stream == "current" and cuda)
+
+
+def scope_chooser(choice: Choice) -> Callable[[tuple], Any]:
+    """``choose(args) -> scope``: the scope a call with positional arguments ``args`` opens,
+    picked as ``choice`` says. Never raises an ``Exception``: a call it cannot read opens the
+    plain brick."""
+    plain, scopes, make = choice.plain, choice.scopes, choice.make
+    if scopes is None or make is None:
+
+        def choose_layer(args: tuple) -> Any:
+            return plain
+
+        return choose_layer
+
+    if not choice.follow_stream:
 
         def choose_host_brick(args: tuple) -> Any:
             if not args:
@@ -153,6 +182,8 @@ def scope_chooser(mapped: Mapped, stream: Any, cuda: bool | None = None) -> Call
                 return plain
 
         return choose_host_brick
+
+    stream_of, capturing = current_stream_handle, is_capturing
 
     def choose_brick(args: tuple) -> Any:
         if not args:
@@ -196,9 +227,9 @@ def _plain_forward(module: nn.Module, replaced: Any) -> Any:
 
 
 def wrap_forward(
-    module: nn.Module, choose: Callable[[tuple], Any], nvtx: Any = None, losses: bool | None = None
+    module: nn.Module, choice: Choice, nvtx: Any = None, losses: bool | None = None
 ) -> InstrumentedForward:
-    """An :class:`InstrumentedForward` running ``module``'s forward inside the scope ``choose`` picks.
+    """An :class:`InstrumentedForward` running ``module``'s forward inside the scope ``choice`` picks.
 
     ``nvtx``: ``(push_range, pop_range, attributes)`` to mirror the scope into an NVTX range.
     ``losses``: True for the model itself (functional losses inside its call are bricks),
@@ -209,6 +240,7 @@ def wrap_forward(
     forward = module.forward  # bound once: the class's forward, or the instance's own
     timed = forward if losses is None else _losses.arming(forward, losses)
 
+    choose = scope_chooser(choice)
     if nvtx is None:
 
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -244,9 +276,50 @@ def wrap_forward(
             exit_scope(token)
             return result
 
-    wrapper = InstrumentedForward(call)
+    if nvtx is None and _accelerated is not None:  # the same call in C (_MODULE_CALL)
+        follow = choice.follow_stream
+        state = _accelerated.ModuleCall(
+            timed=timed, plain=choice.plain, scopes=None if follow else choice.scopes,
+            make=None if follow else choice.make, choose=choose if follow else None, reference=call,
+        )  # fmt: skip
+        return _finish(InstrumentedForward(_accelerated.module_call, forward, state), module, replaced, forward)
+    return _finish(InstrumentedForward(call), module, replaced, forward)
+
+
+def _finish(wrapper: InstrumentedForward, module: nn.Module, replaced: Any, forward: Any) -> InstrumentedForward:
     wrapper.module = module
     wrapper.replaced = replaced
     wrapper.owner = None
     wrapper.__wrapped__ = forward  # type: ignore[attr-defined]
     return wrapper
+
+
+def _module_call_in_graph(forward: Any, state: Any, *args: Any, **kwargs: Any) -> Any:
+    """What torch.compile traces for the C module call: the plain forward, as the Python
+    ``call`` does while compiling (nothing recorded, no graph break)."""
+    return forward(*args, **kwargs)
+
+
+def _load_module_call() -> types.ModuleType | None:
+    """``brickscope._hotpath`` with its ``module_call`` registered, or None (the Python ``call``
+    runs), with the reason noted in ``brickscope.implementations()``."""
+    if hotpath is None:
+        native.note(_MODULE_CALL, "python", native.implementations()["brickscope._hotpath"].reason)
+        return None
+    substitute = getattr(torch.compiler, "substitute_in_graph", None)
+    if not hasattr(hotpath, "module_call"):
+        native.refuse(_MODULE_CALL, "this build of brickscope._hotpath has no module_call (rebuild it)")
+        return None
+    if substitute is None:  # Dynamo would break the graph at the C call
+        native.refuse(_MODULE_CALL, "torch.compiler.substitute_in_graph is missing (torch < 2.5)")
+        return None
+    hotpath.init_module_calls(calls_globals=globals(), compiling_name="_is_compiling", tensor=_Tensor)
+    substitute(hotpath.module_call, skip_signature_check=True)(_module_call_in_graph)
+    native.note(_MODULE_CALL, "c")
+    return hotpath
+
+
+#: The part's name in ``brickscope.implementations()``: an instrumented module's call in C
+#: (``module_call``; the NVTX-mirroring call stays the Python one).
+_MODULE_CALL = "brickscope._hotpath.ModuleCall"
+_accelerated = _load_module_call()

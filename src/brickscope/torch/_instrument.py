@@ -148,13 +148,13 @@ def apply_plan(
             mirror = _nvtx.range_for(domain, label, mapped.category)
         # Functional losses: bricks inside the model's call, not inside a loss module's own brick.
         losses = False if mapped.category == "loss" else (True if not mapped.path else None)
-        wrapper = _calls.wrap_forward(mapped.module, _calls.scope_chooser(mapped, stream, cuda), mirror, losses)
+        wrapper = _calls.wrap_forward(mapped.module, _calls.scope_choice(mapped, stream, cuda), mirror, losses)
         mapped.module.__dict__["forward"] = wrapper
         wrapped.append(wrapper)
     if backward_bricks is not None:
         backward_bricks.add_plan(plan)
     if wrapped:  # undone by remove(), which uninstalls when it finds modules to restore
-        _losses.install(lambda loss: _calls.scope_chooser(loss, stream, cuda))
+        _losses.install(lambda loss: _calls.scope_chooser(_calls.scope_choice(loss, stream, cuda)))
     handle = Instrumentation(tuple(plan), wrapped, backward_bricks)
     handle.automatic = automatic
     owner = weakref.ref(handle)
