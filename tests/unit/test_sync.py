@@ -16,6 +16,22 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import brickscope as bs
 
+#: How the forked-child scripts below start: a session exporting to memory.
+SESSION_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys, threading, time
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    import brickscope as bs
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    bs.configure(provider, clock="host", max_delay_millis=60_000)
+    """
+)
+
 
 @pytest.fixture(name="pipeline")
 def _pipeline():
@@ -156,18 +172,8 @@ class TestNothingLost:
     def test_forked_child_does_not_inherit_pending_scopes(self, tmp_path):
         """A child forked with scopes pending emits only its own scopes."""
         out = tmp_path / "child.json"
-        script = textwrap.dedent(
+        script = SESSION_SCRIPT + textwrap.dedent(
             f"""
-            import json, os
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-            from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-            import brickscope as bs
-
-            exporter = InMemorySpanExporter()
-            provider = TracerProvider()
-            provider.add_span_processor(SimpleSpanProcessor(exporter))
-            bs.configure(provider, clock="host", max_delay_millis=60_000)
             with bs.brick("parent_brick"):
                 pass
             pid = os.fork()
@@ -190,19 +196,10 @@ class TestNothingLost:
         not exist in the child, so the child gets the lock free (it would wait forever for
         its first span id). The parent script gives the child 30 s, then kills it."""
         out = tmp_path / "child.json"
-        script = textwrap.dedent(
+        script = SESSION_SCRIPT + textwrap.dedent(
             f"""
-            import json, os, sys, threading, time
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-            from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-            import brickscope as bs
             from brickscope import _otel_context
 
-            exporter = InMemorySpanExporter()
-            provider = TracerProvider()
-            provider.add_span_processor(SimpleSpanProcessor(exporter))
-            bs.configure(provider, clock="host", max_delay_millis=60_000)
             held, release = threading.Event(), threading.Event()
 
             def hold():
