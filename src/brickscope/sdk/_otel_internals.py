@@ -525,16 +525,19 @@ def _probe_readable_span(scope: Any) -> str | None:
     expected = ("n", context, SpanKind.INTERNAL, None, scope, None, 1, 2, {"a": 1}, (), (), resource, status)
     if ReadableSpan.__new__ is not object.__new__:
         return "layout probe failed: ReadableSpan has its own __new__"
-    for span_type in (ReadableSpan, SlottedReadableSpan):
-        probe = span_type(
+    plain, slotted = (
+        span_type(
             name="n", context=context, parent=None, resource=resource, attributes={"a": 1}, events=(),
             kind=SpanKind.INTERNAL, status=status, start_time=1, end_time=2, instrumentation_scope=scope,
-        )  # fmt: skip
-        stored = {**vars(probe), **{f: getattr(probe, f) for f in READABLE_SPAN_FIELDS if hasattr(probe, f)}}
-        if stored != dict(zip(READABLE_SPAN_FIELDS, expected)):
-            return f"layout probe failed: ReadableSpan.__init__ stores other fields ({span_type.__name__})"
-    if vars(probe):  # every field in a slot, nothing in the instance dict
-        return "layout probe failed: ReadableSpan.__init__ stores fields outside the slots"
+        )
+        for span_type in (ReadableSpan, SlottedReadableSpan)
+    )  # fmt: skip
+    fields = dict(zip(READABLE_SPAN_FIELDS, expected))
+    if vars(plain) != fields:
+        return "layout probe failed: ReadableSpan.__init__ stores other fields"
+    # an unset slot raises AttributeError here: a failed probe
+    if vars(slotted) or {f: getattr(slotted, f) for f in READABLE_SPAN_FIELDS} != fields:
+        return "layout probe failed: ReadableSpan.__init__ stores fields outside SlottedReadableSpan's slots"
     return None
 
 
