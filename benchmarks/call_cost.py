@@ -18,6 +18,12 @@ would otherwise land in whichever region fills it) are inside it (callgrind coun
 thread). The difference between the regions over the
 instrumented module calls they made is brickscope's instructions a module call.
 
+By default every step makes spans. ``--sample-every N`` configures ``step_sampling="every=N"``
+instead, as a production run traces one step in N (every call still timed and folded into the
+metrics and totals; the steps that make spans cost what the default figure says): each region
+then holds ``--steps / N`` sampled steps, and the figure is the average module call of such a
+run, the spanned steps' share included. ``--steps`` must be a multiple of N.
+
 Regions are cut by a marker (``os.getppid()``, called nowhere else) that callgrind dumps
 its counters before (``--dump-before=getppid``). Both regions run twice, alternated,
 after warm-up passes; the bare rounds agree to a fraction of a percent, and the second
@@ -36,6 +42,7 @@ Usage::
 
     python benchmarks/call_cost.py             # table
     python benchmarks/call_cost.py --json      # one JSON object
+    python benchmarks/call_cost.py --sample-every 100   # spans for one step in 100
     BRICKSCOPE_PURE_PYTHON=1 python benchmarks/call_cost.py   # the pure-Python implementation
 """
 
@@ -63,7 +70,7 @@ def marker() -> None:
     os.getppid()
 
 
-def workload(warmup: int) -> tuple[Any, int]:
+def workload(warmup: int, sample_every: int) -> tuple[Any, int]:
     """(run(model name, passes), instrumented module calls a pass), set up and warmed up."""
     import torch
     from opentelemetry.sdk.trace import TracerProvider
@@ -90,7 +97,8 @@ def workload(warmup: int) -> tuple[Any, int]:
     provider.add_span_processor(BatchSpanProcessor(DropExporter()))
     # Resolution at each step's end only, as natively for steps far shorter than a second:
     # under valgrind (some 50x slower) the default 1 s timer would also resolve mid-step.
-    session = bs.configure(provider, clock="host", max_delay_millis=1e9)
+    sampling = f"every={sample_every}" if sample_every else None
+    session = bs.configure(provider, clock="host", max_delay_millis=1e9, step_sampling=sampling)
     handle = bt.instrument(models["brickscope"], nvtx=False)
     step = 0
 
@@ -110,21 +118,21 @@ def workload(warmup: int) -> tuple[Any, int]:
     return run, calls
 
 
-def child(steps: int, warmup: int) -> None:
+def child(steps: int, warmup: int, sample_every: int) -> None:
     """The workload as callgrind sees it: the regions between markers."""
-    run, _ = workload(warmup)
+    run, _ = workload(warmup, sample_every)
     marker()
     for name in REGIONS:
         run(name, steps)
         marker()
 
 
-def timed(steps: int, warmup: int, repeats: int) -> tuple[dict[str, float], int, dict[str, bool]]:
+def timed(steps: int, warmup: int, repeats: int, sample_every: int) -> tuple[dict[str, float], int, dict[str, bool]]:
     """({region: best wall ns}, module calls a pass, implementations), outside valgrind: the
     bare and instrumented regions alternated, each the best of ``repeats``."""
     from brickscope import native
 
-    run, calls = workload(warmup)
+    run, calls = workload(warmup, sample_every)
     best = {"bare": float("inf"), "brickscope": float("inf")}
     for _ in range(repeats):
         for name in best:
@@ -134,11 +142,10 @@ def timed(steps: int, warmup: int, repeats: int) -> tuple[dict[str, float], int,
     return best, calls, {part: found.in_use for part, found in native.implementations().items()}
 
 
-def counted(steps: int, warmup: int) -> list[int]:
+def counted(steps: int, warmup: int, sample_every: int) -> list[int]:
     """Instructions of each region of :func:`child`, from callgrind's dumps."""
-    totals, _ = run_callgrind(
-        "call_cost", [sys.executable, __file__, "--child", "--steps", str(steps), "--warmup", str(warmup)]
-    )
+    child_args = ["--child", "--steps", str(steps), "--warmup", str(warmup), "--sample-every", str(sample_every)]
+    totals, _ = run_callgrind("call_cost", [sys.executable, __file__, *child_args])
     # part 1: start-up and warm-up (to the first marker); then one part per region; the last: exit
     ordered = [totals[k] for k in sorted(totals)]
     if len(ordered) < len(REGIONS) + 1:
@@ -152,17 +159,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=100, help="forward passes a region (default 100)")
     parser.add_argument("--warmup", type=int, default=20, help="warm-up passes per model (default 20)")
     parser.add_argument("--repeats", type=int, default=7, help="timed repeats outside valgrind (default 7)")
+    parser.add_argument(
+        "--sample-every",
+        type=int,
+        default=0,
+        help="spans for one step in N (step_sampling every=N); default: every step",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for option, value in (("--steps", args.steps), ("--warmup", args.warmup), ("--repeats", args.repeats)):
         if value < 1:
             print(f"call_cost: {option} must be at least 1, got {value}", file=sys.stderr)
             return 2
+    if args.sample_every < 0 or (args.sample_every and args.steps % args.sample_every):
+        print(
+            f"call_cost: --steps ({args.steps}) must be a multiple of --sample-every ({args.sample_every})",
+            file=sys.stderr,
+        )
+        return 2
     if args.child:
-        child(args.steps, args.warmup)
+        child(args.steps, args.warmup, args.sample_every)
         return 0
-    regions = counted(args.steps, args.warmup)
-    best_ns, calls, implementations = timed(args.steps, args.warmup, args.repeats)
+    regions = counted(args.steps, args.warmup, args.sample_every)
+    best_ns, calls, implementations = timed(args.steps, args.warmup, args.repeats, args.sample_every)
     bare_ns = best_ns["bare"]
     bare = [n for name, n in zip(REGIONS, regions) if name == "bare"]
     ours = [n for name, n in zip(REGIONS, regions) if name == "brickscope"]
@@ -177,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         "implementations": implementations,
         "module_calls_per_pass": calls,
         "passes_per_region": args.steps,
+        "spans_for_one_step_in": args.sample_every or 1,
         "region_instructions": dict(zip([f"{n}_{i // 2 + 1}" for i, n in enumerate(REGIONS)], regions)),
         "instructions_per_call": per_call,
         "bare_instructions_per_pass": min(bare) / args.steps,
@@ -191,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"CPython {result['python']}  torch {result['torch']}  {implementations}")
     print(
-        f"{calls} instrumented module calls a pass, {args.steps} passes a region; bare "
+        f"{calls} instrumented module calls a pass, {args.steps} passes a region, spans for one step in "
+        f"{args.sample_every or 1}; bare "
         f"{result['bare_instructions_per_pass']:.0f} instructions a pass"
     )
     print(
