@@ -95,6 +95,7 @@ static PyObject *g_key_index; /* key -> its index in g_keys (NULL if a key repea
 static char g_typecodes[N_COLUMNS];
 static PyObject *g_kinds[N_KINDS]; /* the ints 0..N_KINDS-1 */
 static PyObject *g_zero, *g_empty, *g_other;
+static PyObject *g_two_to_64; /* the first int a uint64 column cannot hold */
 static PyObject *s_op_codes, *s_category_codes, *s_resources, *s_lanes, *s_row, *s_launch_code, *s_get;
 
 typedef union {
@@ -161,10 +162,22 @@ static int store(Ctx *c, int column, Py_ssize_t row, PyObject *value) {
         }
     } else if (PyLong_Check(value)) {
         if (typecode == 'Q') {
-            unsigned long long u = PyLong_AsUnsignedLongLong(value);
-            if (!(u == (unsigned long long)-1 && PyErr_Occurred())) {
-                slot->u = u;
+            /* Span ids are random 64-bit ints: PyLong_AsUnsignedLongLong converts those through
+             * the generic _PyLong_AsByteArray (about 200 instructions each, two ids a row). The
+             * signed conversion and the masked one walk the digits directly; 2**64 bounds the
+             * masked one, so every value it takes is exact and the rest still go to _clean. */
+            int overflow = 0;
+            long long q = PyLong_AsLongLongAndOverflow(value, &overflow);
+            if (overflow == 0 && q >= 0) {
+                slot->u = (unsigned long long)q;
                 return 0;
+            }
+            if (overflow > 0) {
+                int fits = PyObject_RichCompareBool(value, g_two_to_64, Py_LT);
+                if (fits > 0) {
+                    slot->u = PyLong_AsUnsignedLongLongMask(value);
+                    if (!PyErr_Occurred()) return 0;
+                }
             }
         } else {
             int overflow = 0;
@@ -679,6 +692,10 @@ PyMODINIT_FUNC PyInit__tablerows(void) {
         if (g_kinds[i] == NULL) return NULL;
     }
     g_zero = g_kinds[0];
+    PyObject *sixty_four = PyLong_FromLong(64);
+    if (sixty_four == NULL) return NULL;
+    g_two_to_64 = PyNumber_Lshift(g_kinds[1], sixty_four);
+    Py_DECREF(sixty_four);
     g_empty = PyUnicode_InternFromString("");
     g_other = PyUnicode_InternFromString("other");
     s_op_codes = PyUnicode_InternFromString("_op_codes");
@@ -688,7 +705,7 @@ PyMODINIT_FUNC PyInit__tablerows(void) {
     s_row = PyUnicode_InternFromString("_row");
     s_launch_code = PyUnicode_InternFromString("_launch_code");
     s_get = PyUnicode_InternFromString("get");
-    if (!g_empty || !g_other || !s_op_codes || !s_category_codes || !s_resources || !s_lanes || !s_row ||
+    if (!g_two_to_64 || !g_empty || !g_other || !s_op_codes || !s_category_codes || !s_resources || !s_lanes || !s_row ||
         !s_launch_code || !s_get)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);

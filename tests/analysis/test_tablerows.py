@@ -122,6 +122,7 @@ _ODD = st.one_of(
     st.sampled_from(["", "3", "x", "0x10", "9f86d081884c7d65", "cuda", "gpu", "host", "brick", "kernel"]),
     st.lists(st.integers(0, 8), max_size=3).map(tuple),
 )
+_ID_EDGES = [-1, 0, (1 << 63) - 1, 1 << 63, (1 << 64) - 1, 1 << 64, (1 << 64) + 5, -(1 << 63), -(1 << 64), 1 << 70, True]
 _KIND = st.sampled_from([None, "brick", "kernel", "step", "layer", "other", "", 3])
 _CLOCK = st.sampled_from([None, A.CLOCK_CUDA, A.CLOCK_GPU, "host", 1])
 _TEXT = st.sampled_from([None, "", "attention", "communication", "all_reduce", 5])
@@ -130,7 +131,9 @@ _SPAN = st.fixed_dictionaries(
         "name": st.sampled_from(["rms_norm", "all_reduce", "gemm_kernel", "step", ""]),
         "start": st.one_of(st.none(), st.integers(0, 1 << 62)),
         "length": st.integers(0, 1 << 20),
-        "span_id": st.one_of(st.integers(1, (1 << 64) - 1), st.just(-1)),
+        # the edges of the uint64 id columns: what fits is stored exactly, the rest is cleaned
+        "span_id": st.one_of(st.integers(1, (1 << 64) - 1), st.sampled_from(_ID_EDGES)),
+        "parent_id": st.one_of(st.integers(0, (1 << 64) - 1), st.sampled_from(_ID_EDGES)),
         "resource": st.integers(0, len(RESOURCES) - 1),
         "attributes": st.fixed_dictionaries(
             {},
@@ -169,7 +172,8 @@ def _records(spans):
         start = span["start"]
         end = None if start is None else start + span["length"]
         resource = RESOURCES[span["resource"]]
-        out.append((span["name"], start, end, span["span_id"], 1, resource, dict(span["attributes"])))
+        parent = span.get("parent_id", 1)
+        out.append((span["name"], start, end, span["span_id"], parent, resource, dict(span["attributes"])))
     return out
 
 
