@@ -232,7 +232,12 @@ PyObject *torch_compiling(PyObject *module, PyObject *unused);
 /* forward.c */
 PyObject *init_module_calls(PyObject *module, PyObject *args, PyObject *kwargs);
 PyObject *module_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+/* withmethod.c: __enter__ and __exit__ of a ready static type, each fn(self, args, nargs)
+ * as a METH_FASTCALL method, bound by `with` without a new builtin method */
+typedef PyObject *(*WithFn)(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+int add_with_methods(PyTypeObject *type, WithFn enter, WithFn exit);
 /* scope.c */
+int init_scope_with_methods(void);
 PyObject *make_factory(PyObject *module, PyObject *args);
 PyObject *hot_enter_scope(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *hot_open_scope(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);

@@ -110,6 +110,14 @@ static int close_record(PyObject *rec, PyObject *error) {
     return rc;
 }
 
+static int check_enter_args(Py_ssize_t nargs) {
+    if (nargs != 0) {
+        PyErr_SetString(PyExc_TypeError, "__enter__() takes no arguments");
+        return -1;
+    }
+    return 0;
+}
+
 static int check_exit_args(Py_ssize_t nargs) {
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "__exit__(exc_type, exc, tb)");
@@ -183,7 +191,8 @@ static ScopeObject *scope_new(PyTypeObject *cls) {
     return (ScopeObject *)cls->tp_alloc(cls, 0);
 }
 
-static PyObject *scope_enter(ScopeObject *self, PyObject *unused) {
+static PyObject *scope_enter(ScopeObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (check_enter_args(nargs) < 0) return NULL;
     PyObject *recorder;
     if (active_recorder(&recorder) < 0) return NULL;
     if (recorder != NULL) {
@@ -216,11 +225,6 @@ static PyObject *scope_exit(ScopeObject *self, PyObject *const *args, Py_ssize_t
     Py_RETURN_NONE;
 }
 
-static PyMethodDef scope_methods[] = {
-    {"__enter__", (PyCFunction)scope_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)(void (*)(void))scope_exit, METH_FASTCALL, NULL},
-    {NULL}};
-
 PyTypeObject ScopeBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope._hotpath.ScopeBase",
     .tp_doc = "The C base of brickscope's scope objects: their fields and with-statement.",
@@ -231,7 +235,6 @@ PyTypeObject ScopeBaseType = {
     .tp_traverse = (traverseproc)scope_traverse,
     .tp_clear = (inquiry)scope_clear,
     .tp_members = scope_members,
-    .tp_methods = scope_methods,
 };
 
 /* ---- Entry: one use of a shared scope object (_scope._Entry) ------------------------ */
@@ -284,7 +287,8 @@ static PyObject *entry_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return new_entry(scope);
 }
 
-static PyObject *entry_enter(EntryObject *self, PyObject *unused) {
+static PyObject *entry_enter(EntryObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (check_enter_args(nargs) < 0) return NULL;
     PyObject *recorder;
     if (active_recorder(&recorder) < 0) return NULL;
     PyObject *rec;
@@ -341,11 +345,6 @@ static PyObject *entry_repr(EntryObject *self) {
     return out;
 }
 
-static PyMethodDef entry_methods[] = {
-    {"__enter__", (PyCFunction)entry_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)(void (*)(void))entry_exit, METH_FASTCALL, NULL},
-    {NULL}};
-
 PyTypeObject EntryType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope._hotpath.Entry",
     .tp_doc = "One use of a shared scope object: a with-statement closes exactly the record it opened.",
@@ -358,8 +357,13 @@ PyTypeObject EntryType = {
     .tp_repr = (reprfunc)entry_repr,
     .tp_call = (ternaryfunc)entry_call,
     .tp_members = entry_members,
-    .tp_methods = entry_methods,
 };
+
+/* The with-statement's methods of ScopeBase and Entry (withmethod.c), once both are ready. */
+int init_scope_with_methods(void) {
+    if (add_with_methods(&ScopeBaseType, (WithFn)scope_enter, (WithFn)scope_exit) < 0) return -1;
+    return add_with_methods(&EntryType, (WithFn)entry_enter, (WithFn)entry_exit);
+}
 
 /* ---- factories: brick(name) / kernel(name) / layer(i) / step(i) fast path ----------- */
 
