@@ -69,8 +69,9 @@ def facts() -> dict[str, Any]:
 
 def child(tokens: int) -> None:
     """Under callgrind: warm-up, marker, the tokens, marker, the bare loop, marker."""
-    import brickscope as bs
     from paced_record import bare, token
+
+    import brickscope as bs
 
     session = setup()
     for number in range(WARMUP_TOKENS):
@@ -89,8 +90,9 @@ def child(tokens: int) -> None:
 
 def timed(tokens: int, repeats: int) -> None:
     """Outside valgrind: the best thread CPU ns a brick, the bare loop subtracted."""
-    import brickscope as bs
     from paced_record import bare, cpu_per_brick, token
+
+    import brickscope as bs
 
     session = setup()
     cpu_per_brick(lambda n: token(bs, n), WARMUP_TOKENS, "none")

@@ -110,7 +110,6 @@ class TestReusedRecordsAndEntries:
             captured.session.sync()
             assert len([s for s in captured.spans if s.name == "rms_norm"]) == MANY + 1
 
-
     def test_a_with_statements_methods_reused_stay_bound_to_their_own_scope(self, clock):
         """``__enter__``/``__exit__`` bound by many with-statements (in C from freed bound
         methods): one taken earlier still ends its own brick, and each method behaves as a
