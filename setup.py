@@ -16,7 +16,7 @@ setup(
             # One extension from several files (the layout: docs/native.md).
             sources=[
                 f"src/brickscope/_hotpath_c/{name}.c"
-                for name in ("module", "record", "recorder", "scope", "forward", "spans", "fold", "cuda")
+                for name in ("module", "record", "recorder", "scope", "withmethod", "forward", "spans", "fold", "cuda")
             ],
             depends=["src/brickscope/_hotpath_c/hotpath.h", "src/brickscope/_hotpath_c/compat.h"],
             optional=True,

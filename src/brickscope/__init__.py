@@ -77,12 +77,22 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    """Load a lazy name's module and bind its names here. The SDK's names bring the other
+    lazy names along (cheap beside the SDK), and then this function removes itself: while a
+    module has a ``__getattr__``, CPython (3.11-3.13) never specializes attribute loads on
+    it, and every ``bs.brick(...)`` would pay a generic lookup, about 5 % of a brick's record
+    (docs/benchmarks.md, "The record on CPython 3.11-3.13")."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'brickscope' has no attribute {name!r}")
-    value = getattr(__import__("importlib").import_module(module), name)
-    globals()[name] = value
-    return value
+    wanted = set(_LAZY.values()) if module == "brickscope.sdk" else {module}
+    namespace = globals()
+    for lazy, where in _LAZY.items():
+        if where in wanted:
+            namespace[lazy] = getattr(__import__("importlib").import_module(where), lazy)
+    if all(lazy in namespace for lazy in _LAZY):
+        namespace.pop("__getattr__", None)  # pop: another thread may have removed it
+    return namespace[name]
 
 
 def __dir__() -> list[str]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
+import weakref
 
 import pytest
 from opentelemetry import trace
@@ -108,6 +110,50 @@ class TestReusedRecordsAndEntries:
             captured.session.sync()
             assert len([s for s in captured.spans if s.name == "rms_norm"]) == MANY + 1
 
+    def test_a_with_statements_methods_reused_stay_bound_to_their_own_scope(self, clock):
+        """``__enter__``/``__exit__`` bound by many with-statements (in C from freed bound
+        methods): one taken earlier still ends its own brick, and each method behaves as a
+        method, here as in the reference (bound, called on the class, arguments checked)."""
+        with capture_spans() as captured:
+            with bs.step(0):
+                held = bs.brick("held")
+                exit_held = held.__exit__
+                assert held.__enter__.__self__ is held and exit_held.__self__ is held
+                held.__enter__()
+                for _ in range(MANY):
+                    with bs.brick("inner", elements=1):
+                        clock.now += 1
+                exit_held(None, None, None)
+                shared = bs.brick("shared", elements=2)
+                type(shared).__enter__(shared)
+                clock.now += 1
+                type(shared).__exit__(shared, None, None, None)
+                with pytest.raises(TypeError):
+                    shared.__enter__(1)
+            captured.session.sync()
+        held_span = next(s for s in captured.spans if s.name == "held")
+        assert held_span.end_time - held_span.start_time == MANY
+        assert [s.end_time - s.start_time for s in captured.spans if s.name == "shared"] == [1]
+
+    def test_a_cycle_through_a_suspended_with_statement_is_collected(self):
+        """A generator paused inside ``with scope:`` holds the bound ``__exit__``; a reference
+        cycle through it (the scope refers back to the generator) is still found by the
+        garbage collector."""
+
+        class Tagged(bs.Brick):
+            pass  # instances get a __dict__
+
+        def paused(scope: Tagged):
+            with scope:
+                yield
+
+        scope = Tagged("paused")  # brickscope off: nothing else (no open record) holds it
+        scope.generator = paused(scope)
+        next(scope.generator)
+        gone = weakref.ref(scope)
+        del scope
+        gc.collect()
+        assert gone() is None
 
     def test_bricks_built_per_call_after_other_scopes_are_freed_are_plain_bricks(self):
         """brick(name, category, elements) builds a Brick per call (in C from freed scope

@@ -222,7 +222,7 @@ int owner_flag(PyObject *owner, PyObject *attribute, int *cache);
 long owner_kind(PyObject *owner);
 PyObject *rc_open(RecorderCore *self, PyObject *owner, PyObject *opener);
 int release_context(RecordObject *rec);
-int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error);
+int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error, PyObject *top_read);
 /* fold.c */
 int fold_table_fold(FoldTableObject *table, PyObject *rec);
 PyObject *fold_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
@@ -232,7 +232,12 @@ PyObject *torch_compiling(PyObject *module, PyObject *unused);
 /* forward.c */
 PyObject *init_module_calls(PyObject *module, PyObject *args, PyObject *kwargs);
 PyObject *module_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+/* withmethod.c: __enter__ and __exit__ of a ready static type, each fn(self, args, nargs)
+ * as a METH_FASTCALL method, bound by `with` without a new builtin method */
+typedef PyObject *(*WithFn)(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+int add_with_methods(PyTypeObject *type, WithFn enter, WithFn exit);
 /* scope.c */
+int init_scope_with_methods(void);
 PyObject *make_factory(PyObject *module, PyObject *args);
 PyObject *hot_enter_scope(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *hot_open_scope(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
@@ -323,14 +328,19 @@ static inline int stack_set(PyObject *value) {
 }
 
 /* A new record on top of `link`: the ContextVar set, and its token kept on the record when
- * the value it replaces is link (as it is unless code run since link was read changed it). */
-static inline int stack_push(PyObject *rec, PyObject *link, PyObject **token) {
-    PyObject *current = stack_top();
-    if (current == NULL) return -1;
-    Py_DECREF(current); /* only compared */
+ * the value it replaces is link (as it is unless code run since link was read changed it).
+ * link_is_top: the caller read link as the top and no code has run since, so the stack is
+ * not read again (a ContextVar read is a thread-state lookup, dearer on CPython 3.12+). */
+static inline int stack_push(PyObject *rec, PyObject *link, int link_is_top, PyObject **token) {
+    if (!link_is_top) {
+        PyObject *current = stack_top();
+        if (current == NULL) return -1;
+        Py_DECREF(current); /* only compared */
+        link_is_top = current == link;
+    }
     PyObject *made = PyContextVar_Set(g_top_var, rec);
     if (made == NULL) return -1;
-    if (current == link) {
+    if (link_is_top) {
         Py_XSETREF(*token, made);
     } else {
         Py_DECREF(made);

@@ -290,6 +290,7 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     if (PyType_Ready(&FoldCellType) < 0) return NULL;
     for (int i = 0; i < n_types; i++)
         if (PyType_Ready(types[i]) < 0) return NULL;
+    if (init_scope_with_methods() < 0) return NULL;
     PyObject *module = PyModule_Create(&hotpath_module);
     if (module == NULL) return NULL;
     for (int i = 0; i < n_types; i++) {

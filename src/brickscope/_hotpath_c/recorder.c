@@ -239,21 +239,22 @@ static int mark_end_fast(RecorderCore *self, RecordObject *rec) {
 
 PyObject *rc_open(RecorderCore *self, PyObject *owner, PyObject *opener) {
     if (!recorder_ready(self)) return NULL;
-    PyObject *top = stack_top();
-    if (top == NULL) return NULL;
-    PyObject *current = otel_current();
-    if (current == NULL) {
-        Py_DECREF(top);
-        return NULL;
-    }
+    /* The record first, as in Python (an allocation may run the cyclic GC, and any code). */
     RecordObject *rec = (RecordObject *)free_list_take(&record_free, &RecordType);
-    if (rec == NULL) goto fail;
+    if (rec == NULL) return NULL;
+    PyObject *current = NULL, *top = stack_top();
+    if (top == NULL) goto fail;
+    /* Whether top is still the stack's top when the record is pushed: no code run since. */
+    int top_fresh = g_otel_var != NULL; /* without the var, the current context is a Python call */
+    current = otel_current();
+    if (current == NULL) goto fail;
     if (top != Py_None && !Record_Check(top)) {
         PyErr_SetString(PyExc_TypeError, "brickscope: the scope stack holds a foreign object");
         goto fail;
     }
     if (top == Py_None || ((RecordObject *)top)->otel_context != current) {
         /* outermost scope, or a user span started since the scope below opened */
+        top_fresh = 0;
         PyObject *args[] = {(PyObject *)self, (PyObject *)rec, owner, current};
         PyObject *res = PyObject_VectorcallMethod(s_open_root, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         if (res == NULL) goto fail;
@@ -295,6 +296,7 @@ PyObject *rc_open(RecorderCore *self, PyObject *owner, PyObject *opener) {
         Py_INCREF(self->last_thread);
         rec->thread_id = self->last_thread;
     } else {
+        top_fresh = 0; /* may name the thread in Python */
         rec->thread_id = PyLong_FromUnsignedLong(tid);
         if (rec->thread_id == NULL) goto fail;
         PyObject *name = PyDict_GetItemWithError(self->thread_names, rec->thread_id);
@@ -330,7 +332,7 @@ PyObject *rc_open(RecorderCore *self, PyObject *owner, PyObject *opener) {
     rec->gpu_first = g_zero;
     Py_INCREF(g_zero);
     rec->gpu_last = g_zero;
-    if (stack_push((PyObject *)rec, rec->link, &rec->stack_token) < 0) goto fail;
+    if (stack_push((PyObject *)rec, rec->link, top_fresh, &rec->stack_token) < 0) goto fail;
     if (self->timer != Py_None) {
         int done = self->marker != NULL ? open_gpu_fast(self, rec, owner) : 0;
         if (done < 0) goto fail;
@@ -370,14 +372,17 @@ int release_context(RecordObject *rec) {
 }
 
 
-/* Recorder.close(rec, error): mirrors _recorder._PyRecording.close. */
-int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error) {
+/* Recorder.close(rec, error): mirrors _recorder._PyRecording.close. top_read: the stack's
+ * top as the caller read it (borrowed; rec's opener held by the caller), or NULL. */
+int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error, PyObject *top_read) {
     if (!recorder_ready(self)) return -1;
     long long end;
     PyObject *end_obj;
     if (clock_read(&end, &end_obj) < 0) return -1;
     long long start_mark = rec->start_mark ? PyLong_AsLongLong(rec->start_mark) : -1;
     if (start_mark == -1 && PyErr_Occurred()) goto fail;
+    /* top_read is still the top unless code ran since: a Python clock, a GPU mark */
+    PyObject *known_top = end_obj == NULL && start_mark < 0 ? top_read : NULL;
     if (start_mark >= 0) {
         int done = mark_end_fast(self, rec);
         if (done < 0) goto fail;
@@ -394,10 +399,15 @@ int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error) {
     Py_XSETREF(rec->ended, Py_True);
     Py_INCREF(Py_None);
     Py_XSETREF(rec->opener, Py_None);
-    PyObject *top = stack_top();
-    if (top == NULL) return -1;
-    int innermost = top == (PyObject *)rec;
-    Py_DECREF(top);
+    int innermost;
+    if (known_top != NULL) {
+        innermost = known_top == (PyObject *)rec;
+    } else {
+        PyObject *top = stack_top();
+        if (top == NULL) return -1;
+        innermost = top == (PyObject *)rec;
+        Py_DECREF(top);
+    }
     if (innermost) {
         if (release_context(rec) < 0) return -1;
         PyObject *below = rec->link ? rec->link : Py_None;
@@ -498,7 +508,7 @@ static PyObject *recorder_close(RecorderCore *self, PyObject *const *args, Py_ss
         PyErr_SetString(PyExc_TypeError, "close(rec, error): rec must be a Record");
         return NULL;
     }
-    if (rc_close(self, (RecordObject *)args[0], args[1]) < 0) return NULL;
+    if (rc_close(self, (RecordObject *)args[0], args[1], NULL) < 0) return NULL;
     Py_RETURN_NONE;
 }
 

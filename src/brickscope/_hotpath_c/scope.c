@@ -77,14 +77,15 @@ static PyObject *open_record(PyObject *recorder, PyObject *scope, PyObject *open
     return rec;
 }
 
-/* rec.recorder.close(rec, error), never raising an Exception (_scope._exit_failed). */
-static int close_record(PyObject *rec, PyObject *error) {
+/* rec.recorder.close(rec, error), never raising an Exception (_scope._exit_failed).
+ * top_read: the stack's top as just read, with no code run since (borrowed), or NULL. */
+static int close_record(PyObject *rec, PyObject *error, PyObject *top_read) {
     int rc;
     Py_INCREF(rec);
     PyObject *recorder = ((RecordObject *)rec)->recorder;
     if (recorder != NULL && has_base(recorder, &RecorderCoreType)) {
         Py_INCREF(recorder);
-        rc = rc_close((RecorderCore *)recorder, (RecordObject *)rec, error);
+        rc = rc_close((RecorderCore *)recorder, (RecordObject *)rec, error, top_read);
         Py_DECREF(recorder);
     } else if (recorder != NULL) {
         PyObject *args[] = {recorder, rec, error};
@@ -108,6 +109,14 @@ static int close_record(PyObject *rec, PyObject *error) {
     }
     Py_DECREF(rec);
     return rc;
+}
+
+static int check_enter_args(Py_ssize_t nargs) {
+    if (nargs != 0) {
+        PyErr_SetString(PyExc_TypeError, "__enter__() takes no arguments");
+        return -1;
+    }
+    return 0;
 }
 
 static int check_exit_args(Py_ssize_t nargs) {
@@ -183,7 +192,8 @@ static ScopeObject *scope_new(PyTypeObject *cls) {
     return (ScopeObject *)cls->tp_alloc(cls, 0);
 }
 
-static PyObject *scope_enter(ScopeObject *self, PyObject *unused) {
+static PyObject *scope_enter(ScopeObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (check_enter_args(nargs) < 0) return NULL;
     PyObject *recorder;
     if (active_recorder(&recorder) < 0) return NULL;
     if (recorder != NULL) {
@@ -205,7 +215,7 @@ static PyObject *scope_exit(ScopeObject *self, PyObject *const *args, Py_ssize_t
     if (top == NULL) return NULL;
     int rc = 0;
     if (top != Py_None && Record_Check(top) && ((RecordObject *)top)->opener == (PyObject *)self) {
-        rc = close_record(top, args[1]);
+        rc = close_record(top, args[1], top);
     } else if (top != Py_None) {
         PyObject *res = PyObject_CallFunctionObjArgs(g_exit_out_of_order, (PyObject *)self, top, args[1], NULL);
         rc = res == NULL ? -1 : 0;
@@ -215,11 +225,6 @@ static PyObject *scope_exit(ScopeObject *self, PyObject *const *args, Py_ssize_t
     if (rc < 0) return NULL;
     Py_RETURN_NONE;
 }
-
-static PyMethodDef scope_methods[] = {
-    {"__enter__", (PyCFunction)scope_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)(void (*)(void))scope_exit, METH_FASTCALL, NULL},
-    {NULL}};
 
 PyTypeObject ScopeBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope._hotpath.ScopeBase",
@@ -231,7 +236,6 @@ PyTypeObject ScopeBaseType = {
     .tp_traverse = (traverseproc)scope_traverse,
     .tp_clear = (inquiry)scope_clear,
     .tp_members = scope_members,
-    .tp_methods = scope_methods,
 };
 
 /* ---- Entry: one use of a shared scope object (_scope._Entry) ------------------------ */
@@ -284,7 +288,8 @@ static PyObject *entry_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return new_entry(scope);
 }
 
-static PyObject *entry_enter(EntryObject *self, PyObject *unused) {
+static PyObject *entry_enter(EntryObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (check_enter_args(nargs) < 0) return NULL;
     PyObject *recorder;
     if (active_recorder(&recorder) < 0) return NULL;
     PyObject *rec;
@@ -314,7 +319,7 @@ static PyObject *entry_exit(EntryObject *self, PyObject *const *args, Py_ssize_t
     }
     int rc;
     if (top == rec && Record_Check(rec)) {
-        rc = close_record(rec, args[1]);
+        rc = close_record(rec, args[1], top);
     } else {
         PyObject *res = PyObject_CallFunctionObjArgs(g_exit_entry_ooo, (PyObject *)self, rec, args[1], NULL);
         rc = res == NULL ? -1 : 0;
@@ -341,11 +346,6 @@ static PyObject *entry_repr(EntryObject *self) {
     return out;
 }
 
-static PyMethodDef entry_methods[] = {
-    {"__enter__", (PyCFunction)entry_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)(void (*)(void))entry_exit, METH_FASTCALL, NULL},
-    {NULL}};
-
 PyTypeObject EntryType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brickscope._hotpath.Entry",
     .tp_doc = "One use of a shared scope object: a with-statement closes exactly the record it opened.",
@@ -358,8 +358,13 @@ PyTypeObject EntryType = {
     .tp_repr = (reprfunc)entry_repr,
     .tp_call = (ternaryfunc)entry_call,
     .tp_members = entry_members,
-    .tp_methods = entry_methods,
 };
+
+/* The with-statement's methods of ScopeBase and Entry (withmethod.c), once both are ready. */
+int init_scope_with_methods(void) {
+    if (add_with_methods(&ScopeBaseType, (WithFn)scope_enter, (WithFn)scope_exit) < 0) return -1;
+    return add_with_methods(&EntryType, (WithFn)entry_enter, (WithFn)entry_exit);
+}
 
 /* ---- factories: brick(name) / kernel(name) / layer(i) / step(i) fast path ----------- */
 
@@ -609,6 +614,6 @@ PyObject *hot_exit_scope(PyObject *module, PyObject *const *args, Py_ssize_t nar
     if (g_inert == NULL || nargs < 1 || nargs > 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) ||
         !Record_Check(args[0]) || args[0] == g_inert || ((RecordObject *)args[0])->ended != Py_False)
         return PyObject_Vectorcall(g_exit_scope_py, args, nargs, kwnames);
-    if (close_record(args[0], nargs == 2 ? args[1] : Py_None) < 0) return NULL;
+    if (close_record(args[0], nargs == 2 ? args[1] : Py_None, NULL) < 0) return NULL;
     Py_RETURN_NONE;
 }
