@@ -12,9 +12,10 @@ brickscope subtracted, best of ``--repeats`` (``paced_record.py``'s ``tight``, b
 of median).
 
 The scope stack and OpenTelemetry's context are two ContextVars, kept by CPython in one
-hash trie whose first level is 5 bits of their hashes (randomized per process). In about 1
-process in 32 the two share a first-level slot, and every push and pop copies a second-level
-node: ``shared_slot`` says so, and such a run's figures are not comparable with the others.
+hash trie whose first level is 5 bits of their hashes (randomized per process). Where the two
+share a first-level slot, every push and pop copies a second-level node; brickscope makes its
+variable until the slot is its own (``brickscope._context_trie``), and ``shared_slot`` checks
+that it is (a run where it is not would not be comparable with the others).
 
 Usage::
 
@@ -57,9 +58,10 @@ def facts() -> dict[str, Any]:
 
     import brickscope as bs
     from brickscope import native
+    from brickscope._context_trie import trie_slot
 
     with bs.step(0):
-        slots = [hash(var) & 31 for var in contextvars.copy_context()]
+        slots = [trie_slot(var) for var in contextvars.copy_context()]
     return {
         "python": platform.python_version(),
         "hotpath": native.implementations()["brickscope._hotpath"].in_use,

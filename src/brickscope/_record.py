@@ -14,6 +14,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from brickscope import native
+from brickscope._context_trie import slots_in_use, variable_apart
 
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
@@ -75,8 +76,9 @@ class Record:
         return f"<brickscope scope token: {KIND_NAMES[owner._kind]} {owner._name!r}>"
 
 
-#: The innermost open scope of the current context (thread or asyncio task).
-TOP: ContextVar[Record | None] = ContextVar("brickscope_top", default=None)
+#: The innermost open scope of the current context (thread or asyncio task); in its own slot
+#: of the context's trie (``_context_trie``).
+TOP: ContextVar[Record | None] = variable_apart("brickscope_top", slots_in_use())
 
 #: The ``ABI_VERSION`` of ``brickscope._hotpath`` this Python code was written for (what its
 #: registration calls pass, its key tables, its types' layouts): another build is refused.

@@ -31,6 +31,7 @@ API_MODULES = (
     "brickscope._catalog",
     "brickscope._checksum",
     "brickscope._clock",
+    "brickscope._context_trie",
     "brickscope._gpu",
     "brickscope._kernel_sources",
     "brickscope._otel_context",
