@@ -673,7 +673,13 @@ def _elide(piece: _Slice, attributes: Mapping[str, Any]) -> tuple[Mapping[str, A
             bits |= IMPLIED_GPU_DURATION
     if not bits:
         return attributes, 0
-    dropped = {
+    dropped = _IMPLIED_KEYS[bits]
+    return {k: v for k, v in attributes.items() if k not in dropped}, bits
+
+
+# IMPLIED_* bits -> the attribute keys they stand for.
+_IMPLIED_KEYS = {
+    bits: frozenset(
         key
         for key, bit in (
             (A.HOST_START_NS, IMPLIED_HOST_START),
@@ -681,8 +687,9 @@ def _elide(piece: _Slice, attributes: Mapping[str, Any]) -> tuple[Mapping[str, A
             (A.GPU_DURATION_NS, IMPLIED_GPU_DURATION),
         )
         if bits & bit
-    }
-    return {k: v for k, v in attributes.items() if k not in dropped}, bits
+    )
+    for bits in range(1, (IMPLIED_HOST_START | IMPLIED_HOST_DURATION | IMPLIED_GPU_DURATION) + 1)
+}
 
 
 def _no_pause() -> None:
