@@ -84,9 +84,12 @@ def varint(value: int) -> bytes:
     return b"".join(chunks)
 
 
+_PACKET_TAG = bytes((TRACE_PACKET_TAG,))
+
+
 def frame(packet_bytes: bytes) -> bytes:
     """Wrap one serialized TracePacket as a ``Trace.packet`` field."""
-    return bytes((TRACE_PACKET_TAG,)) + varint(len(packet_bytes)) + packet_bytes
+    return _PACKET_TAG + varint(len(packet_bytes)) + packet_bytes
 
 
 def _tag(number: int, wire_type: int) -> bytes:
@@ -299,10 +302,10 @@ class EventEncoder:
 
     def packet(self, timestamp: bytes, event: bytes, interned: bytes | None) -> bytes:
         """A framed packet around an encoded TrackEvent."""
-        body = timestamp + field(_TRACK_EVENT, event) + self._tail
+        body = b"".join((timestamp, _TRACK_EVENT, varint(len(event)), event, self._tail))
         if interned:
             body += field(_INTERNED, interned)
-        return bytes((TRACE_PACKET_TAG,)) + varint(len(body)) + body
+        return _PACKET_TAG + varint(len(body)) + body
 
     def event(
         self,
