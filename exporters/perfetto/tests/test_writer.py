@@ -287,6 +287,16 @@ class TestEncoding:
         assert first.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
         assert decoded.errors == []
 
+    def test_varints_are_protobufs_at_every_length(self):
+        """The hand encoder's varints are the bytes Google's encoder writes, from one byte to
+        ten, on each side of every 7- and 14-bit boundary (span ids use all 64 bits)."""
+        from brickscope.exporter.perfetto._wire import varint
+
+        values = {0, 1, (1 << 64) - 1} | {(1 << bits) + d for bits in range(7, 64, 7) for d in (-1, 0, 1)}
+        for value in sorted(values):
+            packet = pb.TracePacket(timestamp=value).SerializeToString()  # tag 0x40, then the varint
+            assert varint(value) == packet[1:], value
+
     def test_names_interned_once(self, tmp_path):
         """A name used by many events is defined once in the interned data."""
         spans = [make_span(i, "same", T0 + 10 * i, T0 + 10 * i + 5, attributes=dict(THREAD)) for i in range(1, 50)]
