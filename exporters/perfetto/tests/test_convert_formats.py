@@ -191,3 +191,30 @@ class TestSeveralInputsToADataset:
         assert main(["convert", *inputs, "-o", str(tmp_path / "ds")]) == 2
         assert "two inputs would both be written to rank0.parquet" in capsys.readouterr().err
         assert not (tmp_path / "ds").exists()
+
+
+@pytest.mark.parametrize("collector_on", [True, False])
+def test_convert_leaves_the_garbage_collector_as_it_found_it(tmp_path, monkeypatch, collector_on):
+    """convert pauses the cyclic collector while it reads and writes (a quarter of its CPU
+    otherwise): it is off while spans are exported, and the caller's setting is back
+    afterwards, whether the conversion worked or failed."""
+    import gc
+
+    from brickscope.exporter.perfetto import _exporter
+
+    _pftrace(tmp_path / "run.pftrace")
+    seen = []
+    real = _exporter.PerfettoSpanExporter.export
+    monkeypatch.setattr(
+        _exporter.PerfettoSpanExporter, "export", lambda self, spans: (seen.append(gc.isenabled()), real(self, spans))[1]
+    )
+    (gc.enable if collector_on else gc.disable)()
+    try:
+        assert main(["convert", str(tmp_path / "run.pftrace"), "-o", str(tmp_path / "out.pftrace")]) == 0
+        assert gc.isenabled() is collector_on
+        (tmp_path / "empty.pftrace").write_bytes(b"")
+        assert main(["convert", str(tmp_path / "empty.pftrace"), "-o", str(tmp_path / "none.pftrace")]) != 0
+        assert gc.isenabled() is collector_on
+        assert seen == [False]
+    finally:
+        gc.enable()

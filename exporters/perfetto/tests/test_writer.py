@@ -13,6 +13,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from pftrace_testlib import T0, THREAD, TRACE_ID, decode_trace, expected_slices, gpu_attributes, make_span
 
 from brickscope.exporter.perfetto import PerfettoSpanExporter
+from brickscope.exporter.perfetto import _writer as writer_module
 from brickscope.exporter.perfetto._writer import TraceWriter
 from brickscope.trace import attributes as A
 
@@ -253,6 +254,20 @@ class TestEventsAndLinks:
         consumer = next(s for s in decoded.slices if s.name == "consumer")
         assert marker.ts == T0 and set(marker.flow_ids) & set(consumer.flow_ids)
 
+    def test_links_reach_back_to_the_newest_remembered_spans_only(self, tmp_path, monkeypatch):
+        """The writer remembers where the newest spans went (65,536; 3 here) and forgets the
+        oldest first: a link to a remembered span gets its marker, one to a forgotten span none."""
+        monkeypatch.setattr(writer_module, "_MAX_REMEMBERED_SPANS", 3)
+        old = [make_span(i, f"old{i}", T0 + 100 * i, T0 + 100 * i + 10, attributes=dict(THREAD)) for i in (1, 2, 3, 4)]
+        links = [Link(SpanContext(TRACE_ID, i, False, TraceFlags(1))) for i in (1, 2)]
+        late = make_span(9, "late", T0 + 1000, T0 + 1010, attributes=dict(THREAD), links=links)
+        decoded = _export(tmp_path / "t.pftrace", old, [late])
+        # Span 1 was forgotten when span 4 was written; span 2 is the oldest remembered.
+        (marker,) = decoded.instants
+        assert marker.ts == T0 + 200
+        late_slice = next(s for s in decoded.slices if s.name == "late")
+        assert len(late_slice.flow_ids) == 2 and set(marker.flow_ids) < set(late_slice.flow_ids)
+
     def test_link_to_a_span_written_later(self, tmp_path):
         """A link to a span not yet written puts the flow id on that span when it comes."""
         link = Link(SpanContext(TRACE_ID, 1, False, TraceFlags(1)))
@@ -271,6 +286,16 @@ class TestEncoding:
         first = decoded.packets[0]
         assert first.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
         assert decoded.errors == []
+
+    def test_varints_are_protobufs_at_every_length(self):
+        """The hand encoder's varints are the bytes Google's encoder writes, from one byte to
+        ten, on each side of every 7- and 14-bit boundary (span ids use all 64 bits)."""
+        from brickscope.exporter.perfetto._wire import varint
+
+        values = {0, 1, (1 << 64) - 1} | {(1 << bits) + d for bits in range(7, 64, 7) for d in (-1, 0, 1)}
+        for value in sorted(values):
+            packet = pb.TracePacket(timestamp=value).SerializeToString()  # tag 0x40, then the varint
+            assert varint(value) == packet[1:], value
 
     def test_names_interned_once(self, tmp_path):
         """A name used by many events is defined once in the interned data."""

@@ -10,8 +10,6 @@ format (:func:`_read`); this module never decodes a format itself.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import glob
 import importlib.util
 import os
@@ -22,6 +20,7 @@ from brickscope.analysis._backend import get_backend
 from brickscope.analysis._table import Table, TableBuilder
 from brickscope.offline._errors import one_line
 from brickscope.offline._integrity import describe_impossible
+from brickscope.offline._replay import cyclic_gc_paused
 from brickscope.offline._steps import StepRange
 from brickscope.trace.attributes import STEP_NUMBER
 
@@ -101,7 +100,7 @@ def load(
         table = session.aggregator.table(engine.name)
         _require_spans(table, "the live session")
         return table
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         return _load_files(files, engine, progress, allow_truncated, progress_for, steps)
 
 
@@ -197,21 +196,6 @@ def _note_impossible(builder: TableBuilder, dropped: dict[str, int], line: str |
         for reason, count in dropped.items():
             builder.impossible[reason] = builder.impossible.get(reason, 0) + count
         builder.notes.append(line)
-
-
-@contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while files are read, and restore it after
-    (errors included). The readers make millions of short-lived acyclic tuples and dicts,
-    which reference counting frees at once; the collections their allocation triggers find
-    nothing to collect and took about a quarter of the load's CPU (docs/benchmarks.md)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _expand(path: str) -> list[str]:

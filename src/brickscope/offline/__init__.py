@@ -14,7 +14,7 @@ Example::
 
 Every offline tool (``brickscope convert``, ``flamegraph``, the analysis
 commands) reads through :func:`open_spans`, feeds exporters through
-:func:`replay`, and writes its outputs through :class:`AtomicOutput`
+:func:`replay` (with the cyclic collector paused: :func:`cyclic_gc_paused`), and writes its outputs through :class:`AtomicOutput`
 (:func:`write_chrome_trace` writes spans as Chrome trace JSON); a format
 beyond OTLP JSON and Chrome trace JSON (torch.profiler's traces included) is
 added by registering a :class:`TraceFormat` under the ``brickscope.readers``
@@ -45,7 +45,7 @@ from brickscope.offline._parquet_schema import (
     parquet_schema,
 )
 from brickscope.offline._parquet_write import ParquetSpanWriter
-from brickscope.offline._replay import Progress, replay
+from brickscope.offline._replay import Progress, cyclic_gc_paused, replay
 from brickscope.offline._source import ProgressCallback, TraceSource
 from brickscope.offline._steps import StepRange, describe_steps, parse_steps, step_argument
 
@@ -71,6 +71,7 @@ __all__ = [
     "TraceSource",
     "UsageError",
     "check_output",
+    "cyclic_gc_paused",
     "describe_impossible",
     "describe_steps",
     "impossible",

@@ -111,12 +111,22 @@ def output_format(path: str, to: str | None) -> str:
 
 
 def _convert(args: argparse.Namespace) -> int:
+    """``brickscope convert``, its process's cyclic collector paused: what it reads and writes
+    is acyclic and freed by reference counting (see ``brickscope.offline.cyclic_gc_paused``)."""
+    from brickscope.offline import cyclic_gc_paused
+
+    with cyclic_gc_paused():
+        if len(args.inputs) > 1:
+            return _convert_to_dataset(args)
+        return _convert_one(args)
+
+
+def _convert_one(args: argparse.Namespace) -> int:
+    """One input into one output file, in the format ``output_format`` chose."""
     from brickscope.offline import AtomicOutput, Progress, TraceFileError, UsageError, replay, write_chrome_trace
 
     from ._exporter import PerfettoSpanExporter
 
-    if len(args.inputs) > 1:
-        return _convert_to_dataset(args)
     (source,) = args.inputs
     chosen = output_format(args.output, args.to)
     if args.run is not None and chosen != "parquet":

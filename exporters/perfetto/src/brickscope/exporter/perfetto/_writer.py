@@ -44,6 +44,7 @@ before its launch begins (impossible but for bad clocks) gets no flow, counted i
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -193,9 +194,12 @@ class TraceWriter:
         self._clocks: dict[int, int] = {}
         self._good_clocks: dict[int, int] = {}  # as of the last committed batch
         self._needs_reset = False
-        self._written: dict[int, tuple[int, int]] = {}  # span id -> (lane uuid, start)
+        # span id -> (lane uuid, start), the oldest forgotten first. An OrderedDict: in a plain
+        # dict the first key is found by stepping over every entry deleted before it, a scan
+        # thousands of entries long at each eviction once the window is full.
+        self._written: OrderedDict[int, tuple[int, int]] = OrderedDict()
         self._batches = 0  # batches encoded: the lane rules treat earlier batches' slices apart
-        self._awaited: dict[int, list[int]] = {}  # span id -> link flow ids waiting for it
+        self._awaited: OrderedDict[int, list[int]] = OrderedDict()  # span id -> link flow ids waiting for it
         #: spans left out: no start or end time, an end before the start, or a time
         #: outside 0..2**64-1 ns (a Perfetto slice can say none of these)
         self.skipped_spans = 0
@@ -518,7 +522,7 @@ class TraceWriter:
 
     def _remember(self, span_id: int, piece: _Slice, ts: int) -> None:
         if len(self._written) >= _MAX_REMEMBERED_SPANS:
-            del self._written[next(iter(self._written))]
+            self._written.popitem(last=False)
         self._written[span_id] = (piece.uuid, ts)
 
     # --- tracks ------------------------------------------------------------------------
@@ -669,7 +673,13 @@ def _elide(piece: _Slice, attributes: Mapping[str, Any]) -> tuple[Mapping[str, A
             bits |= IMPLIED_GPU_DURATION
     if not bits:
         return attributes, 0
-    dropped = {
+    dropped = _IMPLIED_KEYS[bits]
+    return {k: v for k, v in attributes.items() if k not in dropped}, bits
+
+
+# IMPLIED_* bits -> the attribute keys they stand for.
+_IMPLIED_KEYS = {
+    bits: frozenset(
         key
         for key, bit in (
             (A.HOST_START_NS, IMPLIED_HOST_START),
@@ -677,8 +687,9 @@ def _elide(piece: _Slice, attributes: Mapping[str, Any]) -> tuple[Mapping[str, A
             (A.GPU_DURATION_NS, IMPLIED_GPU_DURATION),
         )
         if bits & bit
-    }
-    return {k: v for k, v in attributes.items() if k not in dropped}, bits
+    )
+    for bits in range(1, (IMPLIED_HOST_START | IMPLIED_HOST_DURATION | IMPLIED_GPU_DURATION) + 1)
+}
 
 
 def _no_pause() -> None:
@@ -718,7 +729,7 @@ def _label(value: Any) -> str:
     return str(value)
 
 
-def _bounded_put(table: dict[int, list[int]], key: int, flow: int) -> None:
+def _bounded_put(table: OrderedDict[int, list[int]], key: int, flow: int) -> None:
     if key not in table and len(table) >= _MAX_REMEMBERED_SPANS:
-        del table[next(iter(table))]
+        table.popitem(last=False)
     table.setdefault(key, []).append(flow)
