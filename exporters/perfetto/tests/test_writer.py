@@ -12,8 +12,7 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from pftrace_testlib import T0, THREAD, TRACE_ID, decode_trace, expected_slices, gpu_attributes, make_span
 
-from brickscope.exporter.perfetto import PerfettoSpanExporter
-from brickscope.exporter.perfetto import _writer as writer_module
+from brickscope.exporter.perfetto import PerfettoSpanExporter, _writer as writer_module
 from brickscope.exporter.perfetto._writer import TraceWriter
 from brickscope.trace import attributes as A
 
