@@ -3,8 +3,9 @@
 
 Example::
 
-    encoder = EventEncoder(interner, sequence_id=7)
-    data = encoder.slice_begin(ts_field, uuid, name_iid, (cat_iid,), flows, (), corr_iid, annotations)
+    encoder = EventEncoder(sequence_id=7)
+    event = encoder.event(TYPE_SLICE_BEGIN, uuid, name_iid, (cat_iid,), flows, (), corr_iid, annotations)
+    data = encoder.packet(encoder.timestamp(delta, None), event, None)
 
 Building each packet and each debug annotation as ``perfetto_trace_pb2`` objects
 cost about 100 µs per span in the benchmark (``benchmarks/export.py``), slower
