@@ -269,7 +269,9 @@ class TestExport:
 
 class TestWithTheSdk:
     def test_brickscope_scopes_through_batch_processor(self, tmp_path):
-        """Real scopes through a BatchSpanProcessor: host weights sum to the steps' time."""
+        """Real scopes through a BatchSpanProcessor: host weights under the steps sum to the
+        steps' time; brickscope's own sync points (``overhead`` spans, whether any is made
+        depends on what a sync resolved) are stacks of their own beside them, never inside."""
         import brickscope as bs
 
         path = tmp_path / "run.folded"
@@ -291,9 +293,14 @@ class TestWithTheSdk:
         spans = captured.get_finished_spans()
         steps = [s for s in spans if s.attributes.get(A.SCOPE_KIND) == A.SCOPE_KIND_STEP]
         lines = _lines(path)
+        own = [s for s in spans if s.attributes.get(A.SCOPE_KIND) == A.SCOPE_KIND_OVERHEAD]
+        under_steps = {stack: w for stack, w in lines.items() if stack.split(";")[1] == "step"}
+        beside = {stack: w for stack, w in lines.items() if stack not in under_steps}
         assert len(steps) == 3
-        assert sum(lines.values()) == sum(s.attributes[A.HOST_DURATION_NS] for s in steps)
-        assert all(stack.split(";")[1] == "step" for stack in lines)
+        assert sum(under_steps.values()) == sum(s.attributes[A.HOST_DURATION_NS] for s in steps)
+        service = next(iter(under_steps)).split(";")[0]
+        assert set(beside) <= {f"{service};{s.name}" for s in own}
+        assert sum(beside.values()) == sum(s.attributes[A.HOST_DURATION_NS] for s in own)
         kernels = [s for s in spans if s.name == "rms_fwd"]
         kernel_stack = next(s for s in lines if s.endswith(";rms_fwd"))
         assert lines[kernel_stack] == sum(s.attributes[A.HOST_DURATION_NS] for s in kernels)
