@@ -184,3 +184,34 @@ class TestWeights:
     def test_empty_weight_is_a_usage_error(self, tmp_path, make_span, write_otlp_json):
         source = write_otlp_json(tmp_path / "s.jsonl", [make_span("step", host=(0, 5_000))])
         assert _run([source, "-o", tmp_path / "o.folded", "--weight", " "]) == 2
+
+
+@pytest.mark.parametrize("collector_on", [True, False])
+def test_flamegraph_leaves_the_garbage_collector_as_it_found_it(
+    tmp_path, monkeypatch, make_span, write_otlp_json, collector_on
+):
+    """flamegraph pauses the cyclic collector while it reads and folds (about a quarter of its
+    CPU otherwise): it is off while spans are folded, and the caller's setting is back
+    afterwards, whether the command worked or failed."""
+    import gc
+
+    source = write_otlp_json(tmp_path / "spans.jsonl", _model_spans(make_span))
+    seen = []
+    real = FlamegraphSpanExporter.export
+
+    def export(self, spans):
+        seen.append(gc.isenabled())
+        return real(self, spans)
+
+    monkeypatch.setattr(FlamegraphSpanExporter, "export", export)
+    (gc.enable if collector_on else gc.disable)()
+    try:
+        assert _run([source, "-o", tmp_path / "out.folded"]) == 0
+        assert gc.isenabled() is collector_on
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text('{"resourceSpans": [1]}\n')
+        assert _run([bad, "-o", tmp_path / "none.folded"]) == 1
+        assert gc.isenabled() is collector_on
+        assert seen and not any(seen)
+    finally:
+        gc.enable()

@@ -26,7 +26,15 @@ from typing import Any
 from brickscope.exporter.flamegraph._exporter import FlamegraphSpanExporter
 from brickscope.exporter.flamegraph._folded import UNITS
 from brickscope.exporter.flamegraph._stacks import Stats
-from brickscope.offline import Progress, TraceFileError, UsageError, check_output, open_spans, replay
+from brickscope.offline import (
+    Progress,
+    TraceFileError,
+    UsageError,
+    check_output,
+    cyclic_gc_paused,
+    open_spans,
+    replay,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -102,7 +110,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fold(args: argparse.Namespace, output: str, weight: str) -> tuple[FlamegraphSpanExporter, Any]:
-    """Read the whole input into a new exporter (nothing written yet)."""
+    """Read the whole input into a new exporter (nothing written yet), the cyclic collector
+    paused: what is read and folded is acyclic and freed by reference counting, and the
+    collections it would trigger took about a quarter of the CPU (100k spans: 2.0-2.4 s
+    against 3.2-3.6 s)."""
     try:
         exporter = FlamegraphSpanExporter(
             output,
@@ -117,7 +128,10 @@ def _fold(args: argparse.Namespace, output: str, weight: str) -> tuple[Flamegrap
         raise UsageError(str(error)) from None
     progress = Progress(args.input, quiet=args.quiet)
     try:
-        with open_spans(args.input, allow_truncated=args.allow_truncated, progress=progress) as spans:
+        with (
+            cyclic_gc_paused(),
+            open_spans(args.input, allow_truncated=args.allow_truncated, progress=progress) as spans,
+        ):
             replay(spans, exporter)
     finally:
         progress.finish()
