@@ -222,7 +222,7 @@ int owner_flag(PyObject *owner, PyObject *attribute, int *cache);
 long owner_kind(PyObject *owner);
 PyObject *rc_open(RecorderCore *self, PyObject *owner, PyObject *opener);
 int release_context(RecordObject *rec);
-int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error, PyObject *top_read);
+int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error, int read_as_top);
 /* fold.c */
 int fold_table_fold(FoldTableObject *table, PyObject *rec);
 PyObject *fold_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs);

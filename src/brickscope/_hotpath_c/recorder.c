@@ -372,17 +372,18 @@ int release_context(RecordObject *rec) {
 }
 
 
-/* Recorder.close(rec, error): mirrors _recorder._PyRecording.close. top_read: the stack's
- * top as the caller read it (borrowed; rec's opener held by the caller), or NULL. */
-int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error, PyObject *top_read) {
+/* Recorder.close(rec, error): mirrors _recorder._PyRecording.close. read_as_top: the caller
+ * has just read rec as the stack's top (rec's opener held by the caller), so it need not be
+ * read again unless code runs meanwhile. */
+int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error, int read_as_top) {
     if (!recorder_ready(self)) return -1;
     long long end;
     PyObject *end_obj;
     if (clock_read(&end, &end_obj) < 0) return -1;
     long long start_mark = rec->start_mark ? PyLong_AsLongLong(rec->start_mark) : -1;
     if (start_mark == -1 && PyErr_Occurred()) goto fail;
-    /* top_read is still the top unless code ran since: a Python clock, a GPU mark */
-    PyObject *known_top = end_obj == NULL && start_mark < 0 ? top_read : NULL;
+    /* rec is still the top unless code ran since: a Python clock, a GPU mark */
+    int innermost = read_as_top && end_obj == NULL && start_mark < 0;
     if (start_mark >= 0) {
         int done = mark_end_fast(self, rec);
         if (done < 0) goto fail;
@@ -399,10 +400,7 @@ int rc_close(RecorderCore *self, RecordObject *rec, PyObject *error, PyObject *t
     Py_XSETREF(rec->ended, Py_True);
     Py_INCREF(Py_None);
     Py_XSETREF(rec->opener, Py_None);
-    int innermost;
-    if (known_top != NULL) {
-        innermost = known_top == (PyObject *)rec;
-    } else {
+    if (!innermost) {
         PyObject *top = stack_top();
         if (top == NULL) return -1;
         innermost = top == (PyObject *)rec;
@@ -508,7 +506,7 @@ static PyObject *recorder_close(RecorderCore *self, PyObject *const *args, Py_ss
         PyErr_SetString(PyExc_TypeError, "close(rec, error): rec must be a Record");
         return NULL;
     }
-    if (rc_close(self, (RecordObject *)args[0], args[1], NULL) < 0) return NULL;
+    if (rc_close(self, (RecordObject *)args[0], args[1], 0) < 0) return NULL;
     Py_RETURN_NONE;
 }
 

@@ -78,14 +78,14 @@ static PyObject *open_record(PyObject *recorder, PyObject *scope, PyObject *open
 }
 
 /* rec.recorder.close(rec, error), never raising an Exception (_scope._exit_failed).
- * top_read: the stack's top as just read, with no code run since (borrowed), or NULL. */
-static int close_record(PyObject *rec, PyObject *error, PyObject *top_read) {
+ * read_as_top: rec was just read as the stack's top, with no code run since. */
+static int close_record(PyObject *rec, PyObject *error, int read_as_top) {
     int rc;
     Py_INCREF(rec);
     PyObject *recorder = ((RecordObject *)rec)->recorder;
     if (recorder != NULL && has_base(recorder, &RecorderCoreType)) {
         Py_INCREF(recorder);
-        rc = rc_close((RecorderCore *)recorder, (RecordObject *)rec, error, top_read);
+        rc = rc_close((RecorderCore *)recorder, (RecordObject *)rec, error, read_as_top);
         Py_DECREF(recorder);
     } else if (recorder != NULL) {
         PyObject *args[] = {recorder, rec, error};
@@ -215,7 +215,7 @@ static PyObject *scope_exit(ScopeObject *self, PyObject *const *args, Py_ssize_t
     if (top == NULL) return NULL;
     int rc = 0;
     if (top != Py_None && Record_Check(top) && ((RecordObject *)top)->opener == (PyObject *)self) {
-        rc = close_record(top, args[1], top);
+        rc = close_record(top, args[1], 1);
     } else if (top != Py_None) {
         PyObject *res = PyObject_CallFunctionObjArgs(g_exit_out_of_order, (PyObject *)self, top, args[1], NULL);
         rc = res == NULL ? -1 : 0;
@@ -319,7 +319,7 @@ static PyObject *entry_exit(EntryObject *self, PyObject *const *args, Py_ssize_t
     }
     int rc;
     if (top == rec && Record_Check(rec)) {
-        rc = close_record(rec, args[1], top);
+        rc = close_record(rec, args[1], 1);
     } else {
         PyObject *res = PyObject_CallFunctionObjArgs(g_exit_entry_ooo, (PyObject *)self, rec, args[1], NULL);
         rc = res == NULL ? -1 : 0;
@@ -614,6 +614,6 @@ PyObject *hot_exit_scope(PyObject *module, PyObject *const *args, Py_ssize_t nar
     if (g_inert == NULL || nargs < 1 || nargs > 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) ||
         !Record_Check(args[0]) || args[0] == g_inert || ((RecordObject *)args[0])->ended != Py_False)
         return PyObject_Vectorcall(g_exit_scope_py, args, nargs, kwnames);
-    if (close_record(args[0], nargs == 2 ? args[1] : Py_None, NULL) < 0) return NULL;
+    if (close_record(args[0], nargs == 2 ? args[1] : Py_None, 0) < 0) return NULL;
     Py_RETURN_NONE;
 }
